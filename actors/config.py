@@ -1,0 +1,31 @@
+"""Generation actor settings: engine, sampling and how many actors run."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ActorConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    num_actors: int = Field(2, ge=1, description="Number of GenerationActors (one vLLM engine each).")
+    group_size: int = Field(16, ge=1, description="Responses sampled per prompt (gs); the paper uses 16.")
+    temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (paper: 1.0; ablation 0.6). The learner divides logits by the same τ.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; keep 1.0 for unbiased behaviour log-probs.")
+    max_tokens: int = Field(16384, ge=1, description="Default response budget T; a stage's budget overrides it per prompt.")
+    max_model_len: int = Field(32768, ge=16, description="vLLM context length (prompt + response).")
+    max_prompts_in_flight: int = Field(64, ge=1, description="Prompts an actor keeps in its engine at once (continuous batching).")
+    weight_transport: Literal["ray", "nccl"] = Field("ray", description="Ray object store (CPU, multi-node) or NCCL broadcast from learner rank 0 (GPU).")
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per actor (0 on CPU); tensor_parallel_size GPUs are needed per engine.")
+    num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves per actor.")
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism per engine (GPU only).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Engine dtype; auto = bf16 on GPU, fp32 on CPU.")
+    enforce_eager: bool = Field(True, description="Skip graph capture/compilation: much faster start-up, slower decoding; off for long GPU runs.")
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM KV-cache budget on GPU.")
+    cpu_kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU engines (GiB).")
+    max_restarts: int = Field(3, ge=0, description="Ray restarts a crashed actor this many times; its un-ACKed prompts are reclaimed.")
+    heartbeat_s: float = Field(2.0, gt=0.0, description="Seconds between heartbeats in the buffer's actors hash.")
+    idle_poll_ms: int = Field(200, ge=1, description="How long an idle actor blocks on the prompts stream per poll.")
+    seed: int = Field(0, ge=0, description="Engine sampling seed (each actor adds its index).")

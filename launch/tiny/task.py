@@ -1,0 +1,60 @@
+"""The tiny world's task: short integer arithmetic with a `\\boxed{}` answer.
+
+Problems are "a+b" with 0 <= a, b < 50 (a 2-layer model learns this in a minute on 2 cores, so
+the warm-up can stop part-way, where RL has room to improve); the gold answer is the integer result, which
+math-verify checks against the model's last `\\boxed{}`. Splits are a deterministic function of
+the seed, and validation problems never appear in the training split.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PROMPT_TEMPLATE = "Q: {problem}\nA: "
+DATA_SOURCE = "tiny_arith"
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    data_source: str
+    problem: str
+    answer: str
+
+    @property
+    def prompt(self) -> str:
+        return PROMPT_TEMPLATE.format(problem=self.problem)
+
+    @property
+    def solution(self) -> str:
+        return f"\\boxed{{{self.answer}}}"
+
+
+MAX_OPERAND = 50
+
+
+def all_problems() -> list[Problem]:
+    return [Problem(f"add-{a}-{b}", DATA_SOURCE, f"{a}+{b}", str(a + b))
+            for a in range(MAX_OPERAND) for b in range(MAX_OPERAND)]
+
+
+def make_splits(seed: int, n_val: int = 256) -> tuple[list[Problem], list[Problem]]:
+    """(train, validation): a seeded shuffle of all 2,500 problems, the first n_val held out."""
+    problems = all_problems()
+    random.Random(seed).shuffle(problems)
+    return problems[n_val:], problems[:n_val]
+
+
+def write_jsonl(problems: list[Problem], path: Path) -> None:
+    with open(path, "w") as f:
+        for p in problems:
+            f.write(json.dumps(asdict(p), sort_keys=True) + "\n")
+
+
+def read_jsonl(path: Path) -> list[Problem]:
+    with open(path) as f:
+        return [Problem(**{k: row[k] for k in ("id", "data_source", "problem", "answer")})
+                for row in map(json.loads, f) if row]
