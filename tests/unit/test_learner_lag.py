@@ -1,0 +1,69 @@
+"""Lag histograms per optimizer update and importance-ratio statistics."""
+
+import math
+
+import pytest
+import torch
+
+from learner.lag import LagReport, check_on_policy, lag_report, ratio_stats
+
+
+def test_lag_report_hand_computed():
+    # learner version 5; version_start [5, 4, 4, 2] -> lag [0, 1, 1, 3]; tokens [10, 3, 7, 1].
+    # samples {0: 1, 1: 2, 3: 1}; tokens {0: 10, 1: 10, 3: 1}; mean (0+1+1+3)/4 = 1.25;
+    # token mean (0*10 + 1*10 + 3*1)/21 = 13/21; max_lag 2 -> 1 stale sample with 1 token;
+    # version_end [5, 5, 4, 3]: responses 1 and 3 straddle a weight update.
+    r = lag_report(5, torch.tensor([5, 4, 4, 2]), torch.tensor([10, 3, 7, 1]), max_lag=2,
+                   version_end=torch.tensor([5, 5, 4, 3]))
+    assert r.sample_hist == {0: 1, 1: 2, 3: 1} and r.token_hist == {0: 10, 1: 10, 3: 1}
+    m = r.metrics()
+    assert m["lag/mean"] == 1.25 and m["lag/token_mean"] == pytest.approx(13 / 21) and m["lag/max"] == 3
+    assert m["lag/stale_samples"] == 1 and m["lag/stale_tokens"] == 1 and m["lag/straddled"] == 2
+    assert m["lag/samples"] == 4 and m["lag/tokens"] == 21
+
+
+def test_lag_from_token_mask_and_merge():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    a = lag_report(3, torch.tensor([3, 2]), mask)               # lags [0, 1], tokens [2, 3]
+    assert a.token_hist == {0: 2, 1: 3} and a.stale_samples == 0
+    b = lag_report(4, torch.tensor([3, 2]), mask, max_lag=1)    # same samples one update later: [1, 2]
+    merged = a.merge(b)
+    assert merged.sample_hist == {0: 1, 1: 2, 2: 1} and merged.token_hist == {0: 2, 1: 5, 2: 3}
+    assert merged.stale_samples == 1 and merged.stale_tokens == 3 and merged.max == 2
+
+
+def test_negative_lag_and_on_policy_check():
+    with pytest.raises(ValueError, match="negative lag"):
+        lag_report(1, torch.tensor([2]), torch.tensor([4]))
+    check_on_policy(lag_report(7, torch.tensor([7, 7]), torch.tensor([1, 2])))
+    with pytest.raises(RuntimeError, match="on-policy"):
+        check_on_policy(lag_report(7, torch.tensor([7, 6]), torch.tensor([1, 2])))
+    assert LagReport().metrics()["lag/max"] == 0.0
+
+
+def test_ratio_stats_hand_computed():
+    # rho = [1.25, 0.7, 1.1, 0.5], A = [+1, -1, -1, +1], eps 0.2 / 0.28, T = 4.
+    # clipped low: rho < 0.8 with A < 0 -> t2; clipped high: rho > 1.28 with A > 0 -> none.
+    # outside the band: below t2, t4 (0.5); above none.
+    # k3 = rho - 1 - ln rho = [0.026856, 0.056675, 0.004690, 0.193147] -> mean 0.070342
+    # k1 = -mean(ln rho) = -(0.223144 - 0.356675 + 0.095310 - 0.693147) / 4 = 0.182842
+    rho = [1.25, 0.7, 1.1, 0.5]
+    new = torch.tensor([[math.log(r) for r in rho]])
+    m = ratio_stats(new, torch.zeros(1, 4), torch.tensor([[1.0, -1, -1, 1]]), torch.ones(1, 4, dtype=torch.bool),
+                    0.2, 0.28, total_tokens=4)
+    assert m["ratio/mean"] == pytest.approx(0.8875) and m["ratio/max"] == pytest.approx(1.25)
+    assert m["clip/low_frac"] == 0.25 and m["clip/high_frac"] == 0.0 and m["clip/frac"] == 0.25
+    assert m["ratio/below_band_frac"] == 0.5 and m["ratio/above_band_frac"] == 0.0
+    assert m["mismatch/kl_k3"] == pytest.approx(0.070342, abs=1e-6)
+    assert m["mismatch/kl_k1"] == pytest.approx(0.182842, abs=1e-6)
+
+
+def test_ratio_stats_masks_and_prefix():
+    # Masked token has a huge ratio that must not show up; T = 2 global, 1 token here.
+    new = torch.tensor([[math.log(1.5), 10.0]])
+    m = ratio_stats(new, torch.zeros(1, 2), torch.ones(1, 2), torch.tensor([[True, False]]), 0.2, 0.2,
+                    total_tokens=2, prefix="behaviour/")
+    assert m["behaviour/ratio/max"] == pytest.approx(1.5) and m["behaviour/ratio/mean"] == pytest.approx(0.75)
+    assert m["behaviour/clip/high_frac"] == 0.5
+    empty = ratio_stats(new, torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.bool), 0.2, 0.2, 1)
+    assert empty["ratio/max"] == -math.inf and empty["ratio/mean"] == 0.0

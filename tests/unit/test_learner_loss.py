@@ -1,0 +1,161 @@
+"""Token-level clipped policy loss: clip-higher, dual-clip, k3 KL, entropy term, metrics."""
+
+import math
+
+import pytest
+import torch
+
+from learner.config import PolicyLossConfig
+from learner.loss import (
+    PolicyLossInputs, count_tokens, deepspeed_loss_scale, k3_kl, policy_loss, reduce_metrics,
+)
+
+
+def _tokens(ratios, advantages, **extra):
+    """One row of tokens with logp_old = 0 and logp = log(rho), so rho is exactly the given ratio."""
+    logp = torch.tensor([[math.log(r) for r in ratios]], dtype=torch.float64, requires_grad=True)
+    inputs = PolicyLossInputs(
+        logprobs=logp, old_logprobs=torch.zeros_like(logp.detach()),
+        advantages=torch.tensor([advantages], dtype=torch.float64),
+        loss_mask=torch.ones_like(logp, dtype=torch.bool), **extra)
+    return logp, inputs
+
+
+def _loss_and_grad(ratios, advantages, total_tokens=None, entropy_coef=0.0, **cfg):
+    logp, inputs = _tokens(ratios, advantages)
+    loss, metrics = policy_loss(inputs, PolicyLossConfig(**cfg), total_tokens or len(ratios), entropy_coef)
+    loss.backward()
+    return loss.item(), logp.grad[0].tolist(), metrics
+
+
+def test_clip_higher_asymmetry():
+    # rho = 1.25, A = +1, T = 1. eps_high 0.2: min(1.25, 1.2) = 1.2 -> loss -1.2, clipped: no gradient.
+    loss, grad, m = _loss_and_grad([1.25], [1.0], eps_high=0.2)
+    assert loss == pytest.approx(-1.2) and grad == [0.0]
+    assert m["clip/high_frac"] == 1.0
+    # eps_high 0.28: 1.25 < 1.28 -> loss -1.25; d loss / d logp = -A rho = -1.25.
+    loss, grad, m = _loss_and_grad([1.25], [1.0], eps_high=0.28)
+    assert loss == pytest.approx(-1.25) and grad == pytest.approx([-1.25])
+    assert m["clip/high_frac"] == 0.0
+
+
+def test_four_token_loss_gradient_and_clip_metrics():
+    # eps_low 0.2, eps_high 0.28, T = 4.
+    # t1 rho 1.25 A +1: clip 1.25           -> obj  1.25 (grad path, d obj = A rho = 1.25)
+    # t2 rho 0.70 A -1: clip 0.8; min(-0.7, -0.8) = -0.8 -> clipped low (no grad)
+    # t3 rho 1.10 A -1: clip 1.1            -> obj -1.10 (d obj = -1.1)
+    # t4 rho 0.50 A +1: clip 0.8; min(0.5, 0.8) = 0.5   -> unclipped (d obj = 0.5)
+    # loss = -(1.25 - 0.8 - 1.1 + 0.5) / 4 = 0.0375; grad = -(d obj)/4 = [-0.3125, 0, 0.275, -0.125]
+    loss, grad, m = _loss_and_grad([1.25, 0.7, 1.1, 0.5], [1.0, -1.0, -1.0, 1.0], eps_low=0.2, eps_high=0.28)
+    assert loss == pytest.approx(0.0375)
+    assert grad == pytest.approx([-0.3125, 0.0, 0.275, -0.125])
+    assert m["loss/pg"] == pytest.approx(0.0375) and m["loss/total"] == pytest.approx(0.0375)
+    assert m["clip/low_frac"] == pytest.approx(0.25)         # t2 only
+    assert m["clip/high_frac"] == 0.0
+    assert m["ratio/below_band_frac"] == pytest.approx(0.5)  # t2 and t4 (t4 not clipped: A > 0)
+    assert m["ratio/above_band_frac"] == 0.0
+    assert m["ratio/mean"] == pytest.approx(3.55 / 4)
+    assert m["ratio/max"] == pytest.approx(1.25) and m["ratio/min"] == pytest.approx(0.5)
+    assert m["tokens/count"] == 4 and m["tokens/frac"] == 1.0
+
+
+def test_dual_clip():
+    # A = -1, rho = 4, c = 3: min(-4, -1.2) = -4; max(-4, -3) = -3 -> loss 3, gradient 0.
+    loss, grad, m = _loss_and_grad([4.0], [-1.0], dual_clip=3.0)
+    assert loss == pytest.approx(3.0) and grad == [0.0] and m["clip/dual_frac"] == 1.0
+    # Without dual-clip: loss 4, d loss / d logp = -A rho = 4.
+    loss, grad, _ = _loss_and_grad([4.0], [-1.0])
+    assert loss == pytest.approx(4.0) and grad == pytest.approx([4.0])
+    # rho = 2 < c: dual-clip inactive: loss 2, grad 2.
+    loss, grad, _ = _loss_and_grad([2.0], [-1.0], dual_clip=3.0)
+    assert loss == pytest.approx(2.0) and grad == pytest.approx([2.0])
+    # A > 0 is never dual-clipped: rho 4 -> min(4, 1.2) = 1.2.
+    loss, _, _ = _loss_and_grad([4.0], [1.0], dual_clip=3.0)
+    assert loss == pytest.approx(-1.2)
+
+
+def test_k3_kl_values_and_gradient():
+    # t1: logp = log .5, ref = log .25: d = ref - logp = -ln 2; k3 = 0.5 + ln 2 - 1 = 0.193147
+    # t2: logp = log .2, ref = log .4:  d = +ln 2;          k3 = 2 - ln 2 - 1 = 0.306853
+    logp_v = torch.tensor([[math.log(0.5), math.log(0.2)]], dtype=torch.float64)
+    ref = torch.tensor([[math.log(0.25), math.log(0.4)]], dtype=torch.float64)
+    torch.testing.assert_close(k3_kl(logp_v, ref), torch.tensor([[0.193147, 0.306853]], dtype=torch.float64),
+                               atol=1e-6, rtol=0)
+    # In the loss with A = 0, beta = 0.1, T = 2: loss = 0.1 * 0.5 / 2 = 0.025.
+    # d k3 / d logp = 1 - exp(d) = [0.5, -1] -> grad = beta / T * that = [0.025, -0.05].
+    logp = logp_v.clone().requires_grad_(True)
+    inputs = PolicyLossInputs(logp, logp_v.clone(), torch.zeros(1, 2, dtype=torch.float64),
+                              torch.ones(1, 2, dtype=torch.bool), ref_logprobs=ref)
+    loss, m = policy_loss(inputs, PolicyLossConfig(kl_beta=0.1), total_tokens=2)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.025)
+    assert logp.grad[0].tolist() == pytest.approx([0.025, -0.05])
+    assert m["kl/ref_k3"] == pytest.approx(0.25) and m["loss/kl"] == pytest.approx(0.025)
+
+
+def test_entropy_term_uses_global_token_count():
+    # H = [1, 2] on this micro-batch, T_global = 4 (other micro-batches hold 2 more tokens), alpha 0.01:
+    # loss term = -0.01 * 3 / 4 = -0.0075; d loss / d H = -0.01 / 4 = -0.0025; entropy/mean part = 0.75.
+    ent = torch.tensor([[1.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    logp, inputs = _tokens([1.0, 1.0], [0.0, 0.0], entropy=ent)
+    loss, m = policy_loss(inputs, PolicyLossConfig(), total_tokens=4, entropy_coef=0.01)
+    loss.backward()
+    assert loss.item() == pytest.approx(-0.0075)
+    assert ent.grad[0].tolist() == pytest.approx([-0.0025, -0.0025])
+    assert m["entropy/mean"] == pytest.approx(0.75) and m["loss/entropy"] == pytest.approx(-0.0075)
+    assert m["tokens/frac"] == pytest.approx(0.5)
+
+
+def test_padding_garbage_never_leaks():
+    # Second position is padding with NaN/inf old/ref log-probs: loss and gradient stay finite, grad 0 there.
+    logp = torch.tensor([[math.log(1.1), 0.3]], dtype=torch.float64, requires_grad=True)
+    inputs = PolicyLossInputs(
+        logp, torch.tensor([[0.0, float("nan")]], dtype=torch.float64), torch.tensor([1.0]),
+        torch.tensor([[True, False]]), ref_logprobs=torch.tensor([[0.0, float("inf")]], dtype=torch.float64))
+    loss, m = policy_loss(inputs, PolicyLossConfig(kl_beta=0.1), total_tokens=1)
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(logp.grad).all() and logp.grad[0, 1] == 0
+    assert all(math.isfinite(v) for v in m.values())
+    # (B,) advantages broadcast like (B, L): obj = 1.1 -> loss -1.1 + 0.1 * k3(ln 1.1).
+    assert m["loss/pg"] == pytest.approx(-1.1)
+
+
+def test_empty_micro_batch_still_backpropagates():
+    logp = torch.zeros(1, 3, requires_grad=True)
+    inputs = PolicyLossInputs(logp, torch.zeros(1, 3), torch.ones(1, 3), torch.zeros(1, 3, dtype=torch.bool))
+    loss, m = policy_loss(inputs, PolicyLossConfig(), total_tokens=0)
+    loss.backward()
+    assert loss.item() == 0.0 and (logp.grad == 0).all() and m["tokens/count"] == 0
+
+
+def test_missing_inputs_raise():
+    _, inputs = _tokens([1.0], [1.0])
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        policy_loss(inputs, PolicyLossConfig(kl_beta=0.1), 1)
+    with pytest.raises(ValueError, match="entropy"):
+        policy_loss(inputs, PolicyLossConfig(), 1, entropy_coef=0.1)
+
+
+def test_count_tokens_and_deepspeed_scale():
+    masks = [torch.tensor([[1, 1, 0]], dtype=torch.bool), torch.tensor([[1, 0], [1, 1]], dtype=torch.bool)]
+    assert count_tokens(masks) == 5 and count_tokens(masks[0]) == 2
+    assert deepspeed_loss_scale(4, 2) == 8.0                      # undo 1/gas and the 1/world average
+    assert deepspeed_loss_scale(4, 2, scale_wrt_gas=False) == 2.0
+    with pytest.raises(ValueError):
+        deepspeed_loss_scale(0, 1)
+
+
+def test_reduce_metrics():
+    out = reduce_metrics([{"loss/pg": 0.25, "ratio/max": 1.5, "ratio/min": 0.9},
+                          {"loss/pg": 0.5, "ratio/max": 1.2, "ratio/min": 0.7}])
+    assert out == {"loss/pg": 0.75, "ratio/max": 1.5, "ratio/min": 0.7}
+
+
+def test_zero_coefficients_keep_terms_out_of_the_graph():
+    # alpha = 0 and beta = 0: entropy and KL are reported but receive no gradient.
+    ent = torch.tensor([[0.5]], dtype=torch.float64, requires_grad=True)
+    logp, inputs = _tokens([1.0], [1.0], entropy=ent, ref_logprobs=torch.tensor([[-0.1]], dtype=torch.float64))
+    loss, m = policy_loss(inputs, PolicyLossConfig(), total_tokens=1, entropy_coef=0.0)
+    loss.backward()
+    assert ent.grad is None and logp.grad[0].tolist() == pytest.approx([-1.0])   # plain PG: -A rho
+    assert m["entropy/mean"] == 0.5 and m["kl/ref_k3"] > 0 and m["loss/kl"] == 0.0
