@@ -24,6 +24,7 @@ class ActorConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Engine dtype; auto = bf16 on GPU, fp32 on CPU.")
     enforce_eager: bool = Field(True, description="Skip graph capture/compilation: much faster start-up, slower decoding; off for long GPU runs.")
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM KV-cache budget on GPU.")
+    cpu_memory_utilization: float = Field(0.1, gt=0.0, le=1.0, description="On CPU vLLM checks this fraction of RAM is free at start-up (several engines and the learner share a node); the KV cache itself is cpu_kv_cache_gib.")
     cpu_kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU engines (GiB).")
     max_restarts: int = Field(3, ge=0, description="Ray restarts a crashed actor this many times; its un-ACKed prompts are reclaimed.")
     heartbeat_s: float = Field(2.0, gt=0.0, description="Seconds between heartbeats in the buffer's actors hash.")

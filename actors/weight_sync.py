@@ -9,7 +9,8 @@ Two transports behind one interface (DESIGN.md §8):
 - `RayObjectStoreTransport` (default; CPU and multi-node): tensors go into Ray's object store;
   a small named `WeightStore` actor holds references to the latest versions so any actor,
   including one Ray restarted after a crash, can fetch them by name.
-- `actors.nccl_sync` (GPU clusters): a broadcast from learner rank 0 into every engine.
+- `actors.nccl_sync.NcclBroadcastTransport` (GPU clusters): a broadcast from learner rank 0
+  straight into every engine's GPU memory.
 """
 
 from __future__ import annotations
@@ -23,11 +24,17 @@ NamedTensors = list[tuple[str, torch.Tensor]]
 
 
 class WeightTransport(Protocol):
-    def publish(self, params: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
-        """Make `params` available as `version`; return the location actors fetch from."""
+    """Learner side: `publish`, write (version, location) to the buffer, then `after_announce`.
+    Actor side: `load_into` when the buffer shows a newer version."""
 
-    def fetch(self, location: str) -> NamedTensors:
-        """Actor side: the tensors published at `location`."""
+    def publish(self, params: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
+        """Make `params` available as `version`; return the location actors load from."""
+
+    def after_announce(self) -> None:
+        """Called once the version is visible in the buffer (NCCL broadcasts here)."""
+
+    def load_into(self, llm, location: str) -> None:
+        """Actor side: load the weights at `location` into a running vLLM engine."""
 
 
 @ray.remote(num_cpus=0)
@@ -79,6 +86,12 @@ class RayObjectStoreTransport:
         ray.get(self._store_handle(create=True).put.remote(version, [ref]))
         return f"{self.scheme}://{self.store_name}/{version}"
 
+    def after_announce(self) -> None:
+        pass
+
+    def load_into(self, llm, location: str) -> None:
+        llm.collective_rpc("lagrl_load_weights", args=(self.fetch(location),))
+
     def fetch(self, location: str) -> NamedTensors:
         scheme, _, rest = location.partition("://")
         name, _, version = rest.rpartition("/")
@@ -91,3 +104,11 @@ class RayObjectStoreTransport:
 def parse_location_version(location: str) -> int:
     """The version encoded at the end of a location string."""
     return int(location.rstrip("/").rpartition("/")[2])
+
+
+def make_transport(kind: str, run_id: str, **kw) -> WeightTransport:
+    """The transport named by `ActorConfig.weight_transport`."""
+    if kind == "ray":
+        return RayObjectStoreTransport(run_id)
+    from actors.nccl_sync import NcclBroadcastTransport
+    return NcclBroadcastTransport(run_id, **kw)

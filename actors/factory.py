@@ -1,0 +1,40 @@
+"""Create N generation actors with placement, start their loops, and fan control calls out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from actors.config import ActorConfig
+from actors.generation import GenerationActor
+
+
+def actor_name(run_id: str, index: int) -> str:
+    return f"lagrl-gen-{run_id}-{index}"
+
+
+def create_generation_actors(cfg: ActorConfig, run_id: str, redis_url: str, model_dir: str,
+                             reward_scorer=None, count: int | None = None) -> list[ray.actor.ActorHandle]:
+    """Actors are named (findable from a notebook or a fault test) and restarted by Ray on a crash;
+    `run` is retried after a restart, so a restarted actor rejoins the loop by itself."""
+    handles = []
+    for i in range(cfg.num_actors if count is None else count):
+        name = actor_name(run_id, i)
+        handles.append(GenerationActor.options(
+            name=name, num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus * cfg.tensor_parallel_size,
+            max_restarts=cfg.max_restarts, max_task_retries=-1, max_concurrency=4,
+            runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib),
+                                      "TOKENIZERS_PARALLELISM": "false"}},
+        ).remote(name, run_id, redis_url, model_dir, cfg, reward_scorer))
+    return handles
+
+
+def start_loops(actors: list[ray.actor.ActorHandle]) -> list[ray.ObjectRef]:
+    """Start every actor's `run()`; the refs resolve (with final status) after `stop`."""
+    return [a.run.remote() for a in actors]
+
+
+def fan_out(actors: list[ray.actor.ActorHandle], method: str, *args: Any, timeout: float | None = None) -> list:
+    """Call `method(*args)` on every actor and wait for all results."""
+    return ray.get([getattr(a, method).remote(*args) for a in actors], timeout=timeout)

@@ -1,0 +1,238 @@
+"""GenerationActor: a long-running Ray actor that owns one vLLM engine and feeds the buffer.
+
+Loop (one iteration per engine step):
+  1. weights: if the buffer's version is newer than the engine's, fetch and load it in place
+     (between engine steps, so requests in flight continue on the new weights and record
+     `version_end > version_start` instead of hiding the swap);
+  2. admission: take prompts from the `prompts` consumer group while fewer than
+     `max_prompts_in_flight` are in the engine; a prompt starts only once the engine runs
+     weights of at least its `min_version` (strict on-policy: exactly its step's version);
+  3. one `LLMEngine.step()` (continuous batching over every request in flight);
+  4. finished groups go to the reward pool (in a thread, so scoring overlaps generation), and
+     scored groups are written to `groups` together with the ACK of their prompt (one Redis
+     transaction: a prompt is acknowledged iff its group is stored).
+A prompt taken but not finished when the actor dies stays pending in Redis and is reclaimed by
+another actor after `reclaim_idle_ms`; Ray restarts the actor and re-runs `run()`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import ray
+
+from actors.config import ActorConfig
+from buffer.schema import Group, PromptMsg, Response
+
+
+@dataclass
+class _InFlight:
+    entry_id: str
+    prompt: PromptMsg
+    version_start: int
+    taken_at: float
+
+
+@dataclass
+class _Scoring:
+    entry_id: str
+    group: Group
+    future: Future
+
+
+@dataclass
+class _Stats:
+    prompts_done: int = 0
+    tokens_generated: int = 0
+    started: float = field(default_factory=time.monotonic)
+    last_error: str = ""
+    weight_loads: int = 0
+
+
+class GenerationActorImpl:
+    """The actor's body; wrapped with @ray.remote by `actors.factory`."""
+
+    def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir: str, cfg: ActorConfig,
+                 reward_scorer=None, transport=None):
+        from actors.engine import build_llm
+        from actors.weight_sync import RayObjectStoreTransport
+        from buffer import RunBuffer
+
+        self.actor_id, self.cfg = actor_id, cfg
+        self.buffer = RunBuffer.from_url(redis_url, run_id)
+        self.transport = transport or RayObjectStoreTransport(run_id)
+        self.scorer = reward_scorer
+        index = int(actor_id.rsplit("-", 1)[-1]) if actor_id[-1].isdigit() else 0
+        self.llm = build_llm(cfg, model_dir, seed=cfg.seed + index)
+        self.engine = self.llm.llm_engine
+        self.version = 0
+        self._prefix_cache_dirty = False
+        self._stop = threading.Event()
+        self._in_flight: dict[str, _InFlight] = {}
+        self._scoring: list[_Scoring] = []
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"{actor_id}-reward")
+        self.stats = _Stats()
+        self._last_beat = 0.0
+        self._last_version_check = 0.0
+        self.sync_weights(force=True)  # a restarted actor rejoins at the current version
+
+    # ---- control (called from other threads: the Ray actor runs with max_concurrency > 1)
+    def stop(self) -> None:
+        self._stop.set()
+
+    def status(self) -> dict:
+        elapsed = max(time.monotonic() - self.stats.started, 1e-9)
+        return {"actor_id": self.actor_id, "version": self.version, "pid": os.getpid(),
+                "prompts_done": self.stats.prompts_done, "in_flight": len(self._in_flight),
+                "scoring": len(self._scoring), "tokens_per_s": self.stats.tokens_generated / elapsed,
+                "weight_loads": self.stats.weight_loads, "last_error": self.stats.last_error,
+                "time": time.time()}
+
+    def engine_world_size(self) -> int:
+        return self.cfg.tensor_parallel_size
+
+    def connect_nccl(self, address: str, port: int, rank_offset: int, world_size: int, meta) -> None:
+        self.llm.collective_rpc("lagrl_nccl_connect", args=(address, port, rank_offset, world_size, meta))
+
+    def sync_weights_from(self, location: str) -> None:
+        """Load from an explicit location (tests, and a push-style transport)."""
+        self.transport.load_into(self.llm, location)
+
+    def weights_checksum(self) -> float:
+        return self.llm.collective_rpc("lagrl_weights_checksum")[0]
+
+    # ---- weights
+    def sync_weights(self, force: bool = False) -> int:
+        """Load the buffer's current version if it is newer than the engine's."""
+        version, location = self.buffer.get_version()
+        if location and (version > self.version or force and version != self.version):
+            self.transport.load_into(self.llm, location)
+            self.version = version
+            self.stats.weight_loads += 1
+            self._prefix_cache_dirty = True
+        if self._prefix_cache_dirty:
+            # Cached prompt KV was computed by the old weights; vLLM refuses while requests run,
+            # so retry every iteration until it succeeds.
+            self._prefix_cache_dirty = not self.llm.reset_prefix_cache()
+        return self.version
+
+    # ---- main loop
+    def run(self) -> dict:
+        from vllm import SamplingParams  # noqa: F401  (engine env is set up by now)
+
+        while not self._stop.is_set():
+            try:
+                self._iteration()
+            except Exception as exc:  # keep the actor alive; the error is visible in the heartbeat
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                traceback.print_exc()
+                time.sleep(1.0)
+        self._drain()
+        self._heartbeat(force=True)
+        return self.status()
+
+    def _iteration(self) -> None:
+        now = time.monotonic()
+        if now - self._last_version_check > 0.05 or not self._in_flight:
+            self._last_version_check = now
+            self.sync_weights()
+        self._admit()
+        if self.engine.has_unfinished_requests():
+            for out in self.engine.step():
+                if out.finished:
+                    self._finish(out)
+        self._flush_scored(block=False)
+        self._heartbeat()
+
+    def _admit(self) -> None:
+        room = self.cfg.max_prompts_in_flight - len(self._in_flight) - len(self._scoring)
+        if room <= 0:
+            return
+        idle = not self._in_flight and not self._scoring
+        taken = self.buffer.take_prompts(self.actor_id, count=room,
+                                         block_ms=self.cfg.idle_poll_ms if idle else 0)
+        for entry_id, prompt in taken:
+            if prompt.min_version > self.version:
+                self._wait_for_version(prompt.min_version)
+            self._start(entry_id, prompt)
+
+    def _wait_for_version(self, at_least: int) -> None:
+        """The feeder only releases a prompt once its version is published, so this is short."""
+        while self.sync_weights() < at_least and not self._stop.is_set():
+            self.buffer.wait_for_version(at_least, timeout_s=1.0)
+
+    def _start(self, entry_id: str, prompt: PromptMsg) -> None:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        # FINAL_ONLY: one output per prompt once all n samples finished (as LLM.generate does).
+        params = SamplingParams(n=prompt.n_samples, temperature=self.cfg.temperature,
+                                top_p=self.cfg.top_p, max_tokens=prompt.max_tokens, logprobs=0,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        request_id = f"{prompt.prompt_id}@{self.actor_id}"
+        self.engine.add_request(request_id, {"prompt_token_ids": prompt.prompt_ids.tolist()}, params)
+        self._in_flight[request_id] = _InFlight(entry_id, prompt, self.version, time.time())
+
+    def _finish(self, out) -> None:
+        job = self._in_flight.pop(out.request_id)
+        responses = []
+        for c in out.outputs:
+            ids = np.asarray(c.token_ids, dtype=np.int32)
+            lps = np.asarray([step[tid].logprob for step, tid in zip(c.logprobs, c.token_ids)],
+                             dtype=np.float32)
+            responses.append(Response(token_ids=ids, logprobs=lps, finish_reason=c.finish_reason or "abort",
+                                      version_start=job.version_start, version_end=self.version))
+            self.stats.tokens_generated += len(ids)
+        p = job.prompt
+        group = Group(group_id=p.prompt_id, prompt_id=p.prompt_id, data_source=p.data_source,
+                      step=p.step, stage=p.stage, prompt_ids=p.prompt_ids, answer=p.answer,
+                      responses=responses, actor_id=self.actor_id, created_at=job.taken_at,
+                      finished_at=time.time())
+        texts = [c.text for c in out.outputs]
+        future = self._pool.submit(self._score, texts, p.answer, p.data_source)
+        self._scoring.append(_Scoring(job.entry_id, group, future))
+
+    def _score(self, texts: list[str], answer: str, data_source: str) -> list:
+        if self.scorer is None:
+            from rewards.math_reward import score_math_group
+            return score_math_group(texts, answer)
+        return self.scorer.score(texts, answer, data_source)
+
+    def _flush_scored(self, block: bool) -> None:
+        remaining = []
+        for job in self._scoring:
+            if not (block or job.future.done()):
+                remaining.append(job)
+                continue
+            for resp, result in zip(job.group.responses, job.future.result()):
+                resp.reward = float(result.reward)
+                resp.reward_info = {"reason": result.reason, "extracted": result.extracted}
+            self.buffer.put_group(job.group, job.entry_id)
+            self.stats.prompts_done += 1
+        self._scoring = remaining
+
+    def _drain(self) -> None:
+        """On stop: abort unfinished requests (their prompts stay pending for reclaim), store scored ones."""
+        if self._in_flight:
+            self.engine.abort_request(list(self._in_flight))
+            self._in_flight.clear()
+        self._flush_scored(block=True)
+
+    def _heartbeat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_beat >= self.cfg.heartbeat_s:
+            self._last_beat = now
+            self.buffer.heartbeat(self.actor_id, self.status())
+            # Working is not dying: reset the idle time of our prompts so no other actor reclaims them.
+            held = [j.entry_id for j in self._in_flight.values()] + [j.entry_id for j in self._scoring]
+            if held:
+                self.buffer.touch_prompts(self.actor_id, held)
+
+
+GenerationActor = ray.remote(GenerationActorImpl)

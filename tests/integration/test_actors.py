@@ -1,0 +1,175 @@
+"""GenerationActor against real vLLM (CPU), a real redis-server and real Ray.
+
+One module-scoped pair of actors serves every test (engine start-up dominates the cost); each
+test uses its own run id, so streams never mix.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import pytest
+import ray
+import torch
+
+from actors.config import ActorConfig
+from actors.factory import create_generation_actors, fan_out, start_loops
+from actors.weight_sync import RayObjectStoreTransport
+from buffer import RunBuffer
+from buffer.config import BufferConfig
+from buffer.schema import PromptMsg
+
+pytestmark = pytest.mark.integration
+
+RECLAIM_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    from buffer.server import EmbeddedRedis
+
+    with EmbeddedRedis(tmp_path_factory.mktemp("redis-actors")).start() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_world):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_world.model_dir)
+
+
+@pytest.fixture(scope="module")
+def hf_model(tiny_world):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_world.model_dir).eval()
+
+
+def _cfg(**kw) -> ActorConfig:
+    base = dict(num_actors=1, group_size=4, max_tokens=12, max_model_len=128, max_prompts_in_flight=8,
+                heartbeat_s=0.5, idle_poll_ms=100, num_cpus=1)
+    return ActorConfig(**{**base, **kw})
+
+
+def _buffer(url: str, run_id: str) -> RunBuffer:
+    return RunBuffer.from_url(url, run_id, BufferConfig(reclaim_idle_ms=RECLAIM_MS))
+
+
+def _prompts(tok, run_id, problems, *, n=4, max_tokens=12, step=0, min_version=0):
+    return [PromptMsg(prompt_id=f"{run_id}-{i}", data_source="tiny_arith",
+                      prompt_ids=np.array(tok(f"Q: {a}+{b}\nA: ")["input_ids"], dtype=np.int32),
+                      answer=str(a + b), n_samples=n, max_tokens=max_tokens, step=step,
+                      min_version=min_version)
+            for i, (a, b) in enumerate(problems)]
+
+
+def _collect(buf: RunBuffer, want: int, timeout: float = 120.0) -> list:
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        batch = buf.take_groups("test-learner", count=want - len(got), block_ms=500)
+        if batch:
+            buf.ack_groups([e for e, _ in batch], [g.group_id for _, g in batch])
+            got += [g for _, g in batch]
+    return got
+
+
+@pytest.fixture(scope="module")
+def actor_run(ray_local, redis_url, tiny_world):
+    """One run id and one actor for the shape / log-prob / weight-update / admission tests."""
+    run_id = f"act-{uuid.uuid4().hex[:6]}"
+    [actor] = create_generation_actors(_cfg(), run_id, redis_url, str(tiny_world.model_dir))
+    loop = start_loops([actor])
+    # The learner's transport owns the weight store; keep it alive for the module like a learner would.
+    yield run_id, actor, RayObjectStoreTransport(run_id)
+    fan_out([actor], "stop")
+    ray.get(loop, timeout=60)
+    ray.kill(actor)
+
+
+def _assert_logprobs_match(model, group, temperature=1.0, atol=2e-3):
+    """Behaviour log-probs == transformers' log-softmax(logits / τ) under the same weights."""
+    for r in group.responses:
+        ids = torch.tensor(np.concatenate([group.prompt_ids, r.token_ids]))[None].long()
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(group.prompt_ids) - 1:-1]            # (L, V)
+        ref = torch.log_softmax(logits.float() / temperature, -1)
+        ref = ref.gather(-1, ids[0, len(group.prompt_ids):, None])[:, 0]
+        np.testing.assert_allclose(r.logprobs, ref.numpy(), atol=atol)
+
+
+def test_prompts_in_groups_out_with_behaviour_logprobs(actor_run, redis_url, tok, hf_model):
+    run_id, actor, _ = actor_run
+    buf = _buffer(redis_url, run_id)
+    buf.put_prompts(_prompts(tok, run_id, [(12, 7), (3, 41), (25, 25)]))
+    groups = _collect(buf, 3)
+    assert sorted(g.group_id for g in groups) == [f"{run_id}-{i}" for i in range(3)]
+    for g in groups:
+        assert len(g.responses) == 4 and g.actor_id.startswith("lagrl-gen-")
+        for r in g.responses:
+            assert r.token_ids.dtype == np.int32 and r.token_ids.shape == r.logprobs.shape
+            assert 1 <= r.length <= 12
+            assert r.finish_reason in ("stop", "length")
+            assert r.truncated == (r.finish_reason == "length")
+            assert r.version_start == r.version_end == 0
+            assert r.reward in (0.0, 1.0) and r.reward_info["reason"]
+        _assert_logprobs_match(hf_model, g)
+    status = ray.get(actor.status.remote())
+    assert status["prompts_done"] >= 3 and status["tokens_per_s"] > 0 and not status["last_error"]
+
+
+def test_weight_update_changes_generations_and_version(actor_run, redis_url, tok, hf_model, tiny_world):
+    from transformers import AutoModelForCausalLM
+
+    run_id, actor, transport = actor_run
+    buf = _buffer(redis_url, run_id)
+    before = ray.get(actor.weights_checksum.remote())
+    updated = AutoModelForCausalLM.from_pretrained(tiny_world.model_dir).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in updated.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    buf.publish_version(1, transport.publish(updated.named_parameters(), version=1))
+    buf.put_prompts(_prompts(tok, f"{run_id}-v1", [(12, 7), (30, 4)], min_version=1))
+    groups = _collect(buf, 2)
+    assert ray.get(actor.weights_checksum.remote()) != pytest.approx(before)
+    assert ray.get(actor.status.remote())["version"] == 1
+    for g in groups:
+        assert all(r.version_start == 1 and r.version_end == 1 for r in g.responses)
+        _assert_logprobs_match(updated, g)          # generated by the new weights ...
+        with pytest.raises(AssertionError):
+            _assert_logprobs_match(hf_model, g)     # ... and not by the old ones
+
+
+def test_on_policy_admission_waits_for_the_version(actor_run, redis_url, tok, hf_model):
+    run_id, actor, transport = actor_run
+    buf = _buffer(redis_url, run_id)
+    current, _ = buf.get_version()
+    buf.put_prompts(_prompts(tok, f"{run_id}-gate", [(1, 2)], step=current + 1, min_version=current + 1))
+    assert _collect(buf, 1, timeout=4.0) == []          # held: the required weights do not exist yet
+    location = transport.publish(hf_model.named_parameters(), version=current + 1)
+    buf.publish_version(current + 1, location)
+    [g] = _collect(buf, 1)
+    assert all(r.version_start == current + 1 for r in g.responses)
+
+
+def test_killed_actor_loses_and_duplicates_no_prompt(ray_local, redis_url, tiny_world, tok):
+    run_id = f"kill-{uuid.uuid4().hex[:6]}"
+    cfg = _cfg(num_actors=2, max_tokens=64, max_prompts_in_flight=4, max_restarts=0)
+    actors = create_generation_actors(cfg, run_id, redis_url, str(tiny_world.model_dir))
+    buf = _buffer(redis_url, run_id)
+    problems = [(a, b) for a in range(4) for b in range(5)]        # 20 prompts
+    loops = start_loops(actors)
+    buf.put_prompts(_prompts(tok, run_id, problems, n=8, max_tokens=64))
+    time.sleep(2.0)
+    ray.kill(actors[0], no_restart=True)                           # SIGKILL-equivalent mid-run
+    groups = _collect(buf, len(problems), timeout=180)
+    ids = [g.group_id for g in groups]
+    assert sorted(set(ids)) == sorted(p.prompt_id for p in _prompts(tok, run_id, problems))
+    assert len(ids) == len(set(ids))                               # no duplicates delivered
+    extra = buf.take_groups("test-learner", count=10, block_ms=RECLAIM_MS + 1000)
+    assert extra == []
+    fan_out(actors[1:], "stop")
+    ray.get(loops[1], timeout=60)
