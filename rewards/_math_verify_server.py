@@ -1,0 +1,116 @@
+"""The math-verify subprocess: reads one JSON request per line on stdin, streams one verdict per line.
+
+Run by rewards.math_verifier as `python -I <this file>`; imports nothing from lagrl. It is single-
+threaded, so it *can* use signals: each answer gets a soft SIGALRM budget (math-verify's own
+signal timeout is disabled with parsing_timeout=None / timeout_seconds=None and replaced by ours,
+which takes float seconds and is raised as a BaseException so math-verify's `except Exception`
+cannot swallow it). Work stuck in C (e.g. sympy evaluating 10^(10^10)) never sees the signal; the
+parent then kills this process and starts another.
+
+Protocol (newline-delimited JSON):
+  -> {"ready": true}                                         once, after imports
+  <- {"gold": str, "preds": [str, ...], "timeout": float}
+  -> {"gold_ok": bool, "detail": str}                        gold parsed (or not)
+  -> {"v": verdict, "d": detail}  for each pred, in order    verdict: correct|wrong|parse_error|timeout
+"""
+
+import ctypes
+import json
+import logging
+import os
+import re
+import signal
+import sys
+
+
+_DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox|\\begin\{(?:equation|align)")
+
+
+class _SoftTimeout(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _SoftTimeout()
+
+
+def _die_with_parent() -> None:
+    try:  # PR_SET_PDEATHSIG = 1: a verifier stuck in C must not outlive its reward worker.
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def main() -> None:
+    _die_with_parent()
+    logging.disable(logging.CRITICAL)  # "timeout disabled" warnings: we handle timeouts ourselves.
+    from math_verify import parse, verify
+
+    signal.signal(signal.SIGALRM, _alarm)
+    # The protocol gets a private copy of fd 1; anything a library prints goes to stderr (DEVNULL).
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(obj) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    def timed(fn, timeout):
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    send({"ready": True})
+    for line in sys.stdin:
+        req = json.loads(line)
+        gold, timeout = req["gold"], float(req["timeout"])
+        try:
+            # A gold with math delimiters is parsed as given, else boxed first; the other form is the
+            # fallback. Without delimiters math-verify's plain-expression reading may take only a
+            # prefix (7 from 7\sqrt{2}); accepting either form would then credit a wrong "7".
+            boxed = "\\boxed{" + gold + "}"
+            golds = []
+            for form in ((gold, boxed) if _DELIMITED.search(gold) else (boxed, gold)):
+                parsed = timed(lambda: parse(form, parsing_timeout=None), timeout)
+                if parsed:
+                    golds = [parsed]
+                    break
+            send({"gold_ok": bool(golds), "detail": "" if golds else "math-verify cannot parse the gold answer"})
+        except _SoftTimeout:
+            golds = []
+            send({"gold_ok": False, "detail": "gold answer parse timed out"})
+        except Exception as e:  # noqa: BLE001 - a verifier bug must become a verdict, not a dead worker
+            golds = []
+            send({"gold_ok": False, "detail": f"gold parse error: {type(e).__name__}: {e}"[:300]})
+        if not golds:
+            continue
+        for pred in req["preds"]:
+            try:
+                verdict, detail = timed(lambda: _judge(parse, verify, golds, pred), timeout)
+            except _SoftTimeout:
+                verdict, detail = "timeout", f"math-verify exceeded {timeout:g} s"
+            except Exception as e:  # noqa: BLE001
+                verdict, detail = "parse_error", f"{type(e).__name__}: {e}"[:300]
+            send({"v": verdict, "d": detail})
+
+
+def _judge(parse, verify, golds, pred: str):
+    """Verify the boxed answer against the parsed gold (Skywork-OR1; see main for which gold form).
+    math-verify falls back to the raw string when LaTeX does not parse (so text answers can still
+    match by string); a failed match on such a string-only parse is reported as parse_error."""
+    parsed = parse("\\boxed{" + pred + "}", parsing_timeout=None)
+    if not parsed:
+        return "parse_error", "math-verify found no expression in the box"
+    for gold in golds:
+        if verify(gold, parsed, timeout_seconds=None):
+            return "correct", ""
+    if all(isinstance(p, str) for p in parsed):
+        return "parse_error", f"not parseable as math: {parsed[0][:120]!r}"
+    return "wrong", f"parsed as {str(parsed[0])[:120]}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""RewardConfig: every knob of the verifiers, the code sandbox and the reward worker pool (DESIGN.md §7).
+
+Typed, bounded and documented once; unknown keys fail loudly (a typo in a preset must not silently
+fall back to a default). Defaults follow the Skywork-OR1 recipe (1/0 math reward, math-verify with a
+timeout) and common code-RL practice (a few seconds and ~1 GiB per test).
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RewardConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # --- math -------------------------------------------------------------------------------------
+    signed_reward: bool = Field(
+        False, description="False: correct = 1, anything else = 0 (Skywork-OR1). True: correct = +1, "
+        "anything else (wrong, no box, parse error, timeout) = -1. A bad gold answer is 0 in both modes.")
+    math_timeout_s: float = Field(
+        5.0, gt=0, le=300, description="Wall-clock budget for parsing + verifying one extracted answer "
+        "(math-verify's own default is 5 s). Enforced in the verifier subprocess by a timer; a "
+        "computation that ignores the timer (e.g. C-level big-integer powers) is killed by the parent "
+        "after math_kill_grace_s more, and the subprocess is replaced.")
+    math_kill_grace_s: float = Field(
+        1.0, ge=0.05, le=60, description="Extra time past math_timeout_s before the parent kills a "
+        "verifier subprocess that did not honour its soft timeout.")
+    math_startup_timeout_s: float = Field(
+        60.0, gt=0, le=600, description="How long a fresh verifier subprocess may take to import "
+        "math-verify/sympy (≈0.5 s idle, much more on a loaded machine) before scoring gives up with "
+        "reason 'timeout'.")
+    max_box_chars: int = Field(
+        4096, ge=16, le=1_000_000, description="Longest \\boxed{} content that is parsed; longer content "
+        "is a parse_error. Bounds the verifier's work on adversarial or degenerate outputs.")
+    think_end_tag: str = Field(
+        "</think>", min_length=1, description="End of the reasoning section; only the text after its "
+        "last occurrence is searched for the answer. An opened but unterminated reasoning section "
+        "(see think_start_tag) has no answer.")
+    think_start_tag: str = Field("<think>", min_length=1, description="Start of the reasoning section.")
+
+    # --- code -------------------------------------------------------------------------------------
+    code_test_timeout_s: float = Field(
+        4.0, gt=0, le=120, description="Wall-clock limit per test (CPU limit = this + 1 s).")
+    code_memory_mb: int = Field(
+        1024, ge=64, le=65536, description="Address-space limit per sandboxed process (RLIMIT_AS) and "
+        "resident-memory limit for the whole process tree of one test (psutil watchdog).")
+    code_max_procs: int = Field(
+        32, ge=1, le=4096, description="RLIMIT_NPROC for the sandbox's private uid: processes + "
+        "threads a test may have at once (fork-bomb cap).")
+    code_tmpfs_mb: int = Field(
+        64, ge=1, le=8192, description="Size of the private tmpfs mounted as the sandbox's /tmp and "
+        "working directory (when mount namespaces are available).")
+    code_max_tests: int = Field(
+        64, ge=1, le=10_000, description="Tests beyond this many in one spec are ignored (bounds one "
+        "response's sandbox time to about code_max_tests * code_test_timeout_s).")
+    code_max_chars: int = Field(
+        100_000, ge=100, le=10_000_000, description="Longer extracted programs are rejected unrun.")
+    code_all_or_nothing: bool = Field(
+        False, description="False: reward = fraction of tests passed. True: 1 only if every test passes.")
+    code_use_namespaces: bool = Field(
+        True, description="Isolate each program in new network/mount/pid/ipc namespaces when the host "
+        "allows it (root or unprivileged user namespaces). False only to exercise the fallback path.")
+    max_output_bytes: int = Field(
+        1 << 20, ge=1024, le=64 * 2**20, description="Cap on each test's stdout and on a call test's "
+        "serialised return value (bytes); writes past it fail inside the sandbox (RLIMIT_FSIZE), so "
+        "the host never buffers more (stderr keeps only its last 8 KiB). Worst-case host memory per "
+        "response is about code_max_tests * max_output_bytes.")
+    code_data_sources: tuple[str, ...] = Field(
+        ("code", "apps", "taco", "codecontests", "livecodebench", "leetcode", "humaneval", "mbpp"),
+        description="data_source prefixes (case-insensitive) routed to the code reward; others are "
+        "math unless the answer itself is a JSON test spec.")
+
+    # --- worker pool ------------------------------------------------------------------------------
+    num_workers: int | None = Field(
+        None, ge=1, le=1024, description="RewardWorker actors in a RewardPool; None = the machine's "
+        "CPU count.")
+    worker_num_cpus: float = Field(
+        0.25, gt=0, le=64, description="Ray CPUs reserved per RewardWorker (fractional: scoring is "
+        "bursty and mostly waits on subprocesses).")
+
+    def resolved_num_workers(self) -> int:
+        return self.num_workers or max(1, os.cpu_count() or 1)
+
+    @property
+    def failure_reward(self) -> float:
+        return -1.0 if self.signed_reward else 0.0

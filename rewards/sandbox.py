@@ -1,0 +1,236 @@
+"""Run untrusted, model-written Python against tests, in a subprocess sandbox (DESIGN.md §7).
+
+Threat model
+------------
+The program is adversarial by assumption: an RL policy is optimised to find whatever earns reward,
+and a model can emit anything. We defend the *host* (the reward worker, other sandboxes, the
+machine) and the *verdict*; we do not stop the program from computing, or from reading files that
+any local user may read.
+
+Guaranteed where we run as root with namespaces (this project's machines; checked by
+tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was in force):
+  * no network: a fresh network namespace whose only device, loopback, is down;
+  * no secrets from the environment: the launcher starts with a fixed minimal env (nothing is
+    inherited from the worker) and the program runs as a throwaway uid in its own pid namespace with
+    a fresh /proc, so neither os.environ nor /proc/<pid>/environ of the worker is reachable; home
+    directories (/root, /home) are replaced by empty tmpfs, only the Python install bound back;
+  * no writes outside the sandbox: the random unprivileged uid cannot write root-owned paths, and
+    every world-writable directory (/tmp, /var/tmp, /dev/shm, /run/lock) is a private, size-capped
+    tmpfs in a private mount namespace that vanishes with the sandbox; the host-side temporary
+    directory is removed afterwards;
+  * bounded time: a wall-clock limit per test enforced by the sandbox's init, RLIMIT_CPU as a
+    backstop, and an overall deadline here after which the launcher's session is SIGKILLed;
+  * bounded memory: RLIMIT_AS per process plus a psutil watchdog summing the RSS of a test's
+    whole process tree every 20 ms (catches many processes each under the per-process limit);
+  * bounded processes: RLIMIT_NPROC on a uid nothing else uses (the kernel stops a fork bomb at the
+    cap), plus a process-count check in the same watchdog;
+  * bounded output: RLIMIT_FSIZE on the capture files, so a print loop fails at the cap instead of
+    growing; the host receives at most the cap per test (stderr: its last 8 KiB);
+  * nothing survives: init is pid 1 of the namespace, so when it exits the kernel kills every process
+    left, including ones that called setsid(); between tests init kill(-1)s the namespace;
+  * the host cannot be killed from inside: the program's parent is init (root, pid 1, immune to
+    signals from inside its namespace) and the worker lives in another pid namespace;
+  * judged outside: expected outputs never enter the sandbox; stdout and call-test return values
+    (plain data only: an object with `__eq__` returning True is refused) are compared here; the
+    verdict record carries a per-test nonce, so exiting early with a fake "ok" fails.
+Limits are applied in a child forked by the launcher, not with Popen(preexec_fn=...): preexec_fn
+is unsafe in threaded processes such as Ray actors, and the worker only ever spawns the launcher.
+
+Residual risks (not defended): kernel exploits (no seccomp filter, no VM); reading world-readable
+files (the repo, the venv, /etc); CPU contention with the host (no cgroup CPU quota); a program
+that deliberately introspects the harness inside its own process (gc, frames) can find the nonce
+and forge an *assert*-test verdict (stdio and call tests are judged outside the process).
+Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
+without CAP_SYS_ADMIN) there is NO network isolation, world-writable host directories are writable,
+cleanup relies on process-tree/uid sweeps, and if the interpreter lives where the private uid cannot
+read it (e.g. under /root) common stdlib modules are preloaded and other imports fail
+("preloaded-stdlib"). Without root there is no uid drop: the user's own files are writable,
+/proc/<pid>/environ of the user's other processes is readable (keep secrets out of the worker's
+environment), and a program can kill its launcher (the test then fails with a sandbox error; the
+worker survives, being in another session). The non-root paths are not exercised on this host.
+
+Cost: one launcher per program (~60-130 ms: Python start-up, psutil import, namespace and mount
+setup) and one fork per test (~10 ms); see bench/reward_throughput.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+_INIT = str(Path(__file__).with_name("_sandbox_init.py"))
+# The launcher's (and so the program's) whole environment: nothing is inherited from the worker.
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp",
+        "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    timeout_s: float = 4.0        # wall clock per test
+    memory_mb: int = 1024         # RLIMIT_AS per process and RSS of the test's process tree
+    max_output_bytes: int = 1 << 20  # stdout and the return-value record (stderr: last 8 KiB)
+    max_procs: int = 32           # RLIMIT_NPROC for the sandbox uid
+    tmpfs_mb: int = 64            # private /tmp (and working directory) size
+    namespaces: bool = True       # False: fallback path (no network isolation), for tests
+
+
+@dataclass(frozen=True)
+class CodeTest:
+    """stdio: run the program with `stdin`; call: `fn_name(*args)`; assert: run `code` after the program.
+    Expected outputs are deliberately absent: they never enter the sandbox (see rewards.code_reward)."""
+
+    kind: Literal["stdio", "call", "assert"]
+    stdin: str = ""
+    fn_name: str = ""
+    args: list = field(default_factory=list)
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """One test's run. `success`: ran to completion (exit 0, no timeout/memory kill, test body done);
+    whether the output is *right* is the caller's judgement. `value` is a call test's return value
+    (plain JSON data) when `has_value`."""
+
+    success: bool
+    stdout: str
+    stderr: str
+    error: str = ""
+    timeout: bool = False
+    memory_exceeded: bool = False
+    output_truncated: bool = False
+    returncode: int | None = None
+    value: Any = None
+    has_value: bool = False
+    duration_s: float = 0.0
+    isolation: tuple[str, ...] = ()
+
+
+def check_syntax(code: str) -> str | None:
+    """None if `code` compiles to a Python AST, else a one-line reason (checked before any process starts)."""
+    try:
+        ast.parse(code)
+        return None
+    except SyntaxError as e:
+        return f"SyntaxError: {e.msg} (line {e.lineno})"
+    except (ValueError, RecursionError, MemoryError, OverflowError) as e:
+        return f"{type(e).__name__}: {e}"[:200]
+
+
+def run_code(code: str, stdin: str = "", limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
+    return run_tests(code, [CodeTest("stdio", stdin=stdin)], limits)[0]
+
+
+def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = SandboxLimits()) -> list[SandboxResult]:
+    """Run every test against `code` in one sandbox (one launcher, a fresh forked process per test)."""
+    if not tests:
+        return []
+    base = tempfile.mkdtemp(prefix="lagrl-sbx-")
+    os.chmod(base, 0o711)
+    uid = 100_000 + secrets.randbelow(1 << 24) if os.geteuid() == 0 else None
+    job = {"code": code, "tests": [asdict(t) for t in tests], "timeout_s": limits.timeout_s,
+           "memory_mb": limits.memory_mb, "max_output_bytes": limits.max_output_bytes,
+           "max_procs": limits.max_procs, "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces,
+           "uid": uid, "base": base}
+    deadline = len(tests) * (limits.timeout_s + 1.0) + 20.0  # start-up + per-test kill/reap slack
+    proc, report = None, None
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", _INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
+                                close_fds=True)
+        try:
+            out, err = proc.communicate(json.dumps(job).encode(), timeout=deadline)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc.pid)
+            proc.communicate()
+            return [_failed(f"sandbox exceeded its overall deadline of {deadline:g} s", timeout=True)] * len(tests)
+        try:
+            report = json.loads(out)
+        except ValueError:
+            tail = err.decode("utf-8", "replace")[-500:]
+            return [_failed(f"sandbox launcher died (exit {proc.returncode}): {tail}")] * len(tests)
+    finally:
+        if proc is not None:
+            _kill_session(proc.pid)
+        if report is None or "pid" not in report.get("isolation", ()):
+            _sweep_uid(uid)  # no pid namespace to take the stragglers down with it
+        shutil.rmtree(base, ignore_errors=True)
+    if "fatal" in report:
+        return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
+    iso = tuple(report["isolation"])
+    return [_result(t, r, iso) for t, r in zip(tests, report["tests"], strict=True)]
+
+
+def _result(test: CodeTest, r: dict, isolation: tuple[str, ...]) -> SandboxResult:
+    verdict = r["verdict"] or {}
+    status = verdict.get("status")
+    if r["timeout"]:
+        error = "timeout"
+    elif r["memory"]:
+        error = "memory limit exceeded"
+    elif r["procs"]:
+        error = "process limit exceeded"
+    elif r["signal"] is not None:
+        error = f"killed by signal {_signal_name(r['signal'])}"
+    elif status is None:
+        error = f"exited (code {r['exit']}) before the harness finished"
+    elif status != "ok":
+        error = verdict.get("error", status)
+    elif r["exit"] != 0:
+        error = f"exit code {r['exit']}"
+    else:
+        error = ""
+    return SandboxResult(success=not error, stdout=r["stdout"], stderr=r["stderr"], error=error,
+                         timeout=r["timeout"], memory_exceeded=r["memory"], output_truncated=r["truncated"],
+                         returncode=r["exit"], value=verdict.get("value"),
+                         has_value=status == "ok" and "value" in verdict, duration_s=r["duration"],
+                         isolation=isolation)
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return str(n)
+
+
+def _failed(error: str, timeout: bool = False) -> SandboxResult:
+    return SandboxResult(success=False, stdout="", stderr="", error=error, timeout=timeout)
+
+
+def _kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # launcher's own session: nothing of the worker is in it
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _sweep_uid(uid: int | None) -> None:
+    """Fallback cleanup (no pid namespace): kill anything still running as this sandbox's private uid."""
+    if uid is None:
+        return
+    for p in psutil.process_iter(["uids"]):
+        try:
+            if p.info["uids"] and p.info["uids"].real == uid:
+                p.kill()
+        except psutil.Error:
+            pass
+
+
+def isolation_report(limits: SandboxLimits = SandboxLimits()) -> tuple[str, ...]:
+    """What this host grants (e.g. ('net', 'mount', 'pid', 'ipc')), by running a trivial program."""
+    return run_code("pass", limits=limits).isolation

@@ -1,0 +1,117 @@
+"""Reward workers: Ray actors that score whole groups in parallel, and the pool that balances them.
+
+Where scoring sits in the data flow (decision by the lead, DESIGN.md §1): a generation actor hands
+each finished group to the reward pool *before* writing it to the `groups` stream, so that stream
+only ever holds scored groups and the learner never waits on a verifier. The actor submits and keeps
+generating (RewardPool.submit returns an ObjectRef; GenerationActor scores in a thread), so a slow
+verifier overlaps generation instead of stalling it; only the buffer write waits for the scores.
+
+Each RewardWorker owns one math-verify subprocess (see rewards.math_verifier) and runs code
+sandboxes one at a time, so `num_workers` is the scoring parallelism; fractional `num_cpus`
+(default 0.25) lets several workers share a core since most of their time is spent waiting on
+those subprocesses. The pool sends each group to the worker with the fewest groups in flight
+(least-loaded), which keeps one slow group (a code sandbox timing out) from queueing fast math
+groups behind it the way round-robin would. `score_group` (in-process, same semantics) is
+re-exported here for callers that have no Ray (tests, evaluation, GenerationActor's default).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import ray
+
+from rewards.config import RewardConfig
+from rewards.math_verifier import MathVerifier
+from rewards.result import Kind, RewardResult, ScoreRequest
+from rewards.scoring import score_group, score_request
+
+__all__ = ["RewardPool", "RewardWorker", "score_group"]
+
+
+class _RewardWorkerImpl:
+    def __init__(self, cfg: dict | None = None):
+        self.cfg = RewardConfig.model_validate(cfg or {})
+        self.verifier = MathVerifier(self.cfg.math_timeout_s, self.cfg.math_kill_grace_s,
+                                     self.cfg.math_startup_timeout_s)
+        self.verifier.start()  # pay the sympy import at pool start, not on the first group
+        self.groups_scored = 0
+
+    def score(self, request: ScoreRequest) -> list[RewardResult]:
+        results = score_request(request, self.cfg, self.verifier)
+        self.groups_scored += 1
+        return results
+
+    def stats(self) -> dict:
+        return {"groups_scored": self.groups_scored, "verifier_restarts": self.verifier.restarts}
+
+    def ready(self) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        self.verifier.close()
+
+
+RewardWorker = ray.remote(_RewardWorkerImpl)
+
+
+class RewardPool:
+    """N RewardWorker actors behind least-loaded dispatch. Picklable (actor handles travel, the
+    in-flight bookkeeping starts empty in each copy), so a driver can create one and pass it to
+    generation actors, which call `score` from their scoring threads."""
+
+    def __init__(self, num_workers: int | None = None, cfg: RewardConfig | None = None):
+        self.cfg = cfg or RewardConfig()
+        n = num_workers or self.cfg.resolved_num_workers()
+        # Scoring is idempotent, so a crashed worker is restarted and its groups retried.
+        self.workers = [RewardWorker.options(num_cpus=self.cfg.worker_num_cpus, max_restarts=-1,
+                                             max_task_retries=2).remote(self.cfg.model_dump())
+                        for _ in range(n)]
+        ray.get([w.ready.remote() for w in self.workers])
+        self._init_bookkeeping()
+
+    def _init_bookkeeping(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight: list[list[ray.ObjectRef]] = [[] for _ in self.workers]
+
+    def __getstate__(self) -> dict:
+        return {"cfg": self.cfg, "workers": self.workers}
+
+    def __setstate__(self, state: dict) -> None:
+        self.cfg, self.workers = state["cfg"], state["workers"]
+        self._init_bookkeeping()
+
+    def submit(self, request: ScoreRequest) -> ray.ObjectRef:
+        """Non-blocking: an ObjectRef to list[RewardResult], on the least-loaded worker."""
+        with self._lock:
+            for refs in self._in_flight:
+                if refs:
+                    done, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+                    for ref in done:
+                        refs.remove(ref)
+            i = min(range(len(self.workers)), key=lambda k: len(self._in_flight[k]))
+            ref = self.workers[i].score.remote(request)
+            self._in_flight[i].append(ref)
+            return ref
+
+    def score_groups(self, items: Sequence[ScoreRequest]) -> list[list[RewardResult]]:
+        """Score many groups in parallel; results in input order."""
+        return ray.get([self.submit(item) for item in items])
+
+    def score(self, texts: Sequence[str], answer: str, data_source: str = "",
+              kind: Kind | None = None) -> list[RewardResult]:
+        """Blocking, one group: the `scorer.score(texts, answer, data_source)` GenerationActor calls."""
+        return ray.get(self.submit(ScoreRequest(list(texts), answer, data_source, kind)))
+
+    def stats(self) -> list[dict]:
+        return ray.get([w.stats.remote() for w in self.workers])
+
+    def shutdown(self) -> None:
+        """Close the verifier subprocesses and kill the actors."""
+        try:
+            ray.get([w.shutdown.remote() for w in self.workers], timeout=30)
+        finally:
+            for w in self.workers:
+                ray.kill(w)
+            self.workers = []

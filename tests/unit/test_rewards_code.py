@@ -1,0 +1,106 @@
+"""Code reward: test-spec formats, output comparison, reward modes, reward-hacking attempts, routing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rewards.code_reward import is_test_spec, parse_test_spec, score_code, stdout_matches, value_matches
+from rewards.config import RewardConfig
+from rewards.scoring import resolve_kind, score_group
+
+CFG = RewardConfig(code_test_timeout_s=1.0, code_memory_mb=256)
+ADD_STDIO = json.dumps({"inputs": ["1 2\n", "3 4\n", "10 -5\n"], "outputs": ["3\n", "7\n", "5\n"]})
+ADD_CALL = json.dumps({"inputs": [[1, 2], [3, 4]], "outputs": [3, [7]], "fn_name": "add"})
+SQUARE_ASSERTS = json.dumps({"asserts": ["assert f(2) == 4", "assert f(3) == 9"]})
+
+
+def block(code: str) -> str:
+    return f"Here is my solution.\n```python\n{code}\n```\n"
+
+
+@pytest.mark.parametrize("text,spec,reward,reason", [
+    (block("a, b = map(int, input().split())\nprint(a + b)"), ADD_STDIO, 1.0, "correct"),
+    (block("import sys\na, b = map(int, sys.stdin.buffer.read().split())\nprint(a + b)"), ADD_STDIO, 1.0, "correct"),
+    (block("print(open(0).read().split()[0] and 3)"), ADD_STDIO, 1 / 3, "wrong"),
+    (block("def add(a, b):\n    return a + b"), ADD_CALL, 1.0, "correct"),
+    (block("class Solution:\n    def add(self, a, b):\n        return a + b"), ADD_CALL, 1.0, "correct"),
+    (block("def f(x):\n    return x * x"), SQUARE_ASSERTS, 1.0, "correct"),
+    (block("def f(x):\n    return 4"), SQUARE_ASSERTS, 0.5, "wrong"),
+    (block("def f(x):\n    while True: pass"), SQUARE_ASSERTS, 0.0, "timeout"),
+    (block("def f(x):\n    return 1 / 0"), SQUARE_ASSERTS, 0.0, "runtime_error"),
+    (block("def f(x):\n    return bytearray(10 ** 10)"), SQUARE_ASSERTS, 0.0, "memory"),
+    ("no code at all", SQUARE_ASSERTS, 0.0, "no_code"),
+    (block("def f(x) return x"), SQUARE_ASSERTS, 0.0, "syntax_error"),
+    ("<think>```python\ndef f(x):\n    return x * x\n```</think> I give up.", SQUARE_ASSERTS, 0.0, "no_code"),
+    ("<think>draft</think>" + block("def f(x):\n    return x * x"), SQUARE_ASSERTS, 1.0, "correct"),
+    (block("print(1)"), '{"inputs": [1, 2], "outputs": [1]}', 0.0, "bad_gold"),
+    (block("print(1)"), '{"tests": [{"type": "magic"}]}', 0.0, "bad_gold"),
+], ids=["stdio", "stdio-buffer", "stdio-partial", "call", "call-leetcode-class", "assert", "assert-partial",
+        "timeout", "runtime-error", "memory", "no-code", "syntax-error", "code-only-in-think", "code-after-think",
+        "spec-length-mismatch", "spec-unknown-type"])
+def test_code_reward_table(text, spec, reward, reason):
+    r = score_code(text, spec, CFG)
+    assert (pytest.approx(r.reward), r.reason) == (reward, reason), r
+
+
+@pytest.mark.parametrize("code,spec", [
+    ("class T:\n    def __eq__(self, o): return True\ndef add(a, b): return T()", ADD_CALL),
+    ("class T:\n    def __eq__(self, o): return True\ndef f(x): return T()", SQUARE_ASSERTS),
+    ("class I(int):\n    def __eq__(self, o): return True\ndef f(x): return I(0)", SQUARE_ASSERTS),
+    ("import sys\nsys.exit(0)", SQUARE_ASSERTS),
+    ("import os\nos._exit(0)", SQUARE_ASSERTS),
+    ("import os\nos.write(3, b'{\"status\": \"ok\"}')\nos._exit(0)", SQUARE_ASSERTS),
+    ("import sys\nprint('3')\nprint('7')\nprint('5')\nsys.exit(0)", ADD_STDIO),
+], ids=["eq-object-call", "eq-object-assert", "int-subclass-eq", "sys-exit", "os-exit", "forged-record", "print-all"])
+def test_reward_hacks_do_not_pass(code, spec):
+    r = score_code(block(code), spec, CFG)
+    assert r.reason != "correct" and r.reward < 1.0, r
+
+
+def test_reward_modes():
+    half = block("def f(x):\n    return 4")
+    assert score_code(half, SQUARE_ASSERTS, CFG.model_copy(update={"code_all_or_nothing": True})).reward == 0.0
+    assert score_code(half, SQUARE_ASSERTS, CFG.model_copy(update={"signed_reward": True})).reward == 0.0  # 2*0.5-1
+    assert score_code("nothing", SQUARE_ASSERTS, CFG.model_copy(update={"signed_reward": True})).reward == -1.0
+
+
+def test_spec_formats():
+    explicit = json.dumps({"tests": [{"type": "stdio", "input": "1\n", "output": "1\n"},
+                                     {"type": "call", "fn_name": "g", "args": [1], "expected": 2},
+                                     {"type": "assert", "code": "assert g(1) == 2"}]})
+    kinds = [t.kind for t, _ in parse_test_spec(explicit)]
+    assert kinds == ["stdio", "call", "assert"]
+    code = block("def g(x):\n    return x + 1\nif __name__ == '__main__':\n    print(input())")
+    assert score_code(code, explicit, CFG).reason == "correct"
+    assert is_test_spec(ADD_STDIO) and is_test_spec(SQUARE_ASSERTS) and not is_test_spec("42")
+    assert not is_test_spec('{"a": 1}') and not is_test_spec("{not json")
+
+
+@pytest.mark.parametrize("actual,expected,ok", [
+    ("3\n", "3", True), ("3  \n\n", "3\n", True), ("1 2\n3", "1 2 3", True), ("0.3333333", "0.33333333", True),
+    ("3\n", "4\n", False), ("", "0", False), ("YES", "yes", False),
+])
+def test_stdout_matches(actual, expected, ok):
+    assert stdout_matches(actual, expected) is ok
+
+
+@pytest.mark.parametrize("actual,expected,ok", [
+    ([1, 2], [1, 2], True), ([1, 2], [[1, 2]], True), (0.1 + 0.2, 0.3, True), (True, 1, False),
+    ({"a": [1]}, {"a": [1]}, True), ("1", 1, False), (None, None, True), ([1], [2], False),
+])
+def test_value_matches(actual, expected, ok):
+    assert value_matches(actual, expected) is ok
+
+
+def test_routing():
+    cfg = RewardConfig()
+    assert resolve_kind("42") == "math"
+    assert resolve_kind(ADD_STDIO) == "code"
+    assert resolve_kind("42", data_source="livecodebench_v5", cfg=cfg) == "code"
+    assert resolve_kind(ADD_STDIO, kind="math") == "math"
+    with pytest.raises(ValueError):
+        resolve_kind("1", kind="chess")  # type: ignore[arg-type]
+    results = score_group([block("def f(x):\n    return x * x"), "nope"], SQUARE_ASSERTS, "mbpp", CFG)
+    assert [r.reason for r in results] == ["correct", "no_code"]

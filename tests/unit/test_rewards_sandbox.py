@@ -1,0 +1,217 @@
+"""Code sandbox: one adversarial test per property of the threat model (rewards/sandbox.py docstring).
+
+Each test checks the attack is contained *and* the host is left healthy: no process of a sandbox uid
+survives, the test process is alive, its memory did not balloon.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import textwrap
+import time
+import uuid
+
+import psutil
+import pytest
+
+from rewards.sandbox import SandboxLimits, CodeTest, check_syntax, isolation_report, run_code, run_tests
+
+LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
+FALLBACK = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16, namespaces=False)
+ISOLATED = isolation_report(LIMITS)
+needs_ns = pytest.mark.skipif(not {"net", "pid", "mount"} <= set(ISOLATED),
+                              reason=f"host grants no namespaces (got {ISOLATED})")
+
+
+def _leftovers() -> list[psutil.Process]:
+    """Processes still running as a sandbox uid (private uids start at 100000)."""
+    out = []
+    for p in psutil.process_iter(["uids"]):
+        try:
+            if p.info["uids"] and p.info["uids"].real >= 100_000:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture(autouse=True)
+def host_stays_healthy():
+    before = psutil.Process().memory_info().rss
+    yield
+    deadline = time.monotonic() + 2.0
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _leftovers(), "sandbox processes survived"
+    assert psutil.Process().memory_info().rss - before < 64 << 20
+
+
+def src(code: str) -> str:
+    return textwrap.dedent(code).strip() + "\n"
+
+
+def test_isolation_on_this_host():
+    # This machine runs as root with namespaces; elsewhere the report says what is in force.
+    if os.geteuid() == 0:
+        assert "uid" in ISOLATED
+
+
+@pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
+def test_infinite_loop_is_killed(limits):
+    start = time.monotonic()
+    r = run_code("while True:\n    pass\n", limits=limits)
+    assert r.timeout and not r.success and r.error == "timeout"
+    assert time.monotonic() - start < limits.timeout_s + 3
+
+
+@pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
+def test_fork_bomb_is_contained(limits):
+    n_before = len(psutil.pids())
+    r = run_code(src("""
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """), limits=limits)
+    assert not r.success and (r.timeout or r.memory_exceeded or "process limit" in r.error)
+    assert len(psutil.pids()) < n_before + 20  # other engineers share the machine: allow a little noise
+
+
+def test_setsid_escapee_dies_with_the_sandbox():
+    r = run_code(src("""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(60)
+        print("parent done")
+    """), limits=LIMITS)
+    assert r.success and r.stdout == "parent done\n"
+    # host_stays_healthy checks that the sleeping grandchild is gone
+
+
+@pytest.mark.parametrize("program", [
+    "x = bytearray(10 ** 10)\n",                                          # one huge allocation
+    "chunks = []\nwhile True:\n    chunks.append(bytearray(10 ** 7))\n",  # creeping growth
+    src("""
+        import os, time
+        for _ in range(3):                        # each process stays under RLIMIT_AS,
+            if os.fork() == 0:                    # the tree does not: the psutil watchdog
+                break
+        block = bytearray(150 * 2 ** 20)
+        time.sleep(5)
+    """),
+], ids=["single", "creeping", "process-tree"])
+def test_memory_bomb_is_stopped(program):
+    r = run_code(program, limits=LIMITS)
+    assert r.memory_exceeded and not r.success, r
+
+
+@needs_ns
+def test_writes_outside_the_sandbox_do_not_reach_the_host():
+    host_tmp = os.path.join(tempfile.gettempdir(), f"lagrl-escape-{uuid.uuid4().hex}")
+    repo_file = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "ESCAPED")
+    before = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("lagrl-sbx-")}
+    r = run_code(src(f"""
+        import os
+        open({host_tmp!r}, "w").write("x")      # world-writable on the host: a private tmpfs here
+        open("in_cwd.txt", "w").write("ok")       # the working directory is writable
+        print(os.getcwd())
+        try:
+            open({repo_file!r}, "w")
+        except PermissionError:
+            print("repo read-only")
+    """), limits=LIMITS)
+    assert r.success, r
+    assert "repo read-only" in r.stdout
+    assert not os.path.exists(host_tmp) and not os.path.exists(repo_file)
+    assert not os.path.exists(r.stdout.splitlines()[0]) or r.stdout.startswith("/tmp/sbx")
+    after = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("lagrl-sbx-")}
+    assert after <= before  # the host-side temporary directory was removed
+
+
+@pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
+def test_environment_secrets_are_not_visible(limits, monkeypatch):
+    monkeypatch.setenv("LAGRL_FAKE_SECRET", "s3cr3t-value")
+    r = run_code(src(f"""
+        import os
+        print(dict(os.environ))
+        for pid in (os.getppid(), 1, {os.getpid()}):
+            try:
+                print(open(f"/proc/{{pid}}/environ", "rb").read())
+            except OSError as e:
+                print("denied", pid, type(e).__name__)
+    """), limits=limits)
+    assert r.success, r
+    assert "s3cr3t" not in r.stdout and "LAGRL_FAKE_SECRET" not in r.stdout
+
+
+@needs_ns
+def test_network_is_unreachable():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        r = run_code(src(f"""
+            import socket
+            for addr in (("127.0.0.1", {port}), ("1.1.1.1", 53)):
+                try:
+                    socket.create_connection(addr, timeout=0.5)
+                    print("connected", addr)
+                except OSError as e:
+                    print("failed", type(e).__name__)
+        """), limits=LIMITS)
+        with pytest.raises(TimeoutError):
+            server.accept()
+    assert r.success, r
+    assert "connected" not in r.stdout and r.stdout.count("failed") == 2
+
+
+@pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
+def test_killing_the_parent_does_not_reach_the_host(limits):
+    me = os.getpid()
+    r = run_code(src(f"""
+        import os, signal
+        for target in (os.getppid(), {me}, 1):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except OSError as e:
+                print("refused", target, type(e).__name__)
+        try:
+            os.kill(-1, signal.SIGKILL)   # all it may signal: only its own uid's processes (not itself)
+        except OSError:
+            pass
+    """), limits=limits)
+    assert r.stdout.count("refused") == 3, r  # parent (init or launcher), the host, pid 1: all EPERM
+    assert psutil.pid_exists(me)
+
+
+def test_huge_stdout_is_capped():
+    start = time.monotonic()
+    r = run_code("while True:\n    print('x' * 10000)\n", limits=LIMITS)
+    assert r.output_truncated and len(r.stdout) <= LIMITS.max_output_bytes and not r.success
+    assert time.monotonic() - start < 5
+
+
+def test_tests_are_isolated_from_each_other():
+    code = src("""
+        import os, sys
+        def f(x):
+            return x * 2
+        print(sorted(os.listdir(".")))
+        open(f"mark{len(os.listdir('.'))}", "w")
+    """)
+    runs = run_tests(code, [CodeTest("call", fn_name="f", args=[2]), CodeTest("assert", code="assert f(3) == 6"),
+                            CodeTest("stdio", stdin="")], LIMITS)
+    assert [r.success for r in runs] == [True, True, True]
+    assert runs[0].value == 4 and runs[0].has_value
+
+
+def test_syntax_precheck():
+    assert check_syntax("def f(:\n") is not None
+    assert check_syntax("(" * 10000) is not None  # deep nesting is an error, not a crash
+    assert check_syntax("x = 1\n") is None
