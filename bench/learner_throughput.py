@@ -1,0 +1,140 @@
+"""Learner train-path throughput vs a bare DeepSpeed loop on the same batches (target ratio >= 0.9).
+
+    .venv/bin/python bench/learner_throughput.py                         # tiny world model (CPU, fp32)
+    .venv/bin/python bench/learner_throughput.py --hidden 256 --layers 4 --vocab 8192 --seq-len 256
+    .venv/bin/python bench/learner_throughput.py --device cuda --hidden 1024 --layers 8 --vocab 32768
+
+"ours" = ``RankEngine.train_update``: collate, chunked log-prob + entropy from logits / tau,
+token-level clipped PPO loss with global token normalisation, hand-set accumulation boundary,
+DeepSpeed backward + step (clip 1.0, AdamW). "bare" = the same DeepSpeed config, model and
+micro-batches (collated once, up front) with a summed cross-entropy over the same response
+tokens / T. Both run in this process as a one-rank gloo (or nccl) group; timings are
+interleaved (ours, bare, ours, ...) so load from other processes hits both alike; the median
+and the best per-update time are reported (best is the steadier figure on a shared machine).
+Throughput = loss (response) tokens per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hidden", type=int, default=0, help="build a Qwen2 in memory with this width (0 = tiny world model)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--rows", type=int, default=32, help="responses per mini-batch (one update)")
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--seq-len", type=int, default=64, help="max response length (lengths uniform in [len/2, len])")
+    ap.add_argument("--micro-batch-tokens", type=int, default=1024)
+    ap.add_argument("--updates", type=int, default=10, help="timed updates per variant (after 1 warm-up)")
+    ap.add_argument("--entropy-coef", type=float, default=1e-3, help="alpha > 0 also backprops the entropy")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
+    return ap.parse_args()
+
+
+def model_dir(args: argparse.Namespace, tmp: str) -> tuple[str, int]:
+    if not args.hidden:
+        from launch.tiny.build import ensure_tiny_world
+        import json
+        d = ensure_tiny_world().model_dir
+        return str(d), json.loads((d / "config.json").read_text())["vocab_size"]
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    import torch
+    torch.manual_seed(0)
+    heads = max(1, args.hidden // 64)
+    cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
+                      num_hidden_layers=args.layers, num_attention_heads=heads, num_key_value_heads=heads,
+                      head_dim=args.hidden // heads, max_position_embeddings=4096, tie_word_embeddings=True,
+                      pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    Qwen2ForCausalLM(cfg).save_pretrained(tmp)
+    return tmp, args.vocab
+
+
+def main() -> None:
+    args = parse()
+    import numpy as np
+    import torch
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # no LOCAL_SIZE: it would make DeepSpeed map a /dev/shm workspace it never unlinks
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.pop("LOCAL_SIZE", None)
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="nccl" if args.device == "cuda" else "gloo", auto_mpi_discovery=False,
+                               verbose=False)
+    from learner.batching import Row, collate, plan_update
+    from learner.engine import RankEngine, _load_hf_model
+    from learner.trainer_config import LearnerConfig
+
+    tmp = tempfile.mkdtemp(prefix="lagrl-bench-")
+    mdir, vocab = model_dir(args, tmp)
+    cfg = LearnerConfig(lr=1e-5, rollout_batch=1, mini_batch=1, group_size=args.rows, device=args.device,
+                        micro_batch_tokens=args.micro_batch_tokens, print_metrics=False)
+    ours = RankEngine(cfg, mdir, 0, 1, args.device)
+    bare_model = _load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False)
+    bare, *_ = deepspeed.initialize(model=bare_model, model_parameters=bare_model.parameters(),
+                                    config=ours.ds_config)
+
+    rng = np.random.default_rng(0)
+    rows = [Row(prompt_ids=rng.integers(2, vocab, args.prompt_len).astype(np.int32),
+                response_ids=rng.integers(2, vocab, int(n)).astype(np.int32),
+                old_logprobs=np.full(int(n), -np.log(vocab), np.float32), advantage=float(rng.normal()),
+                version_start=0, version_end=0, group_index=0)
+            for n in rng.integers(args.seq_len // 2, args.seq_len + 1, args.rows)]
+    mbs = plan_update(rows, list(range(len(rows))), args.micro_batch_tokens, 1)[0]
+    tokens = sum(r.loss_tokens for r in rows)
+    collated = [collate(rows, idx) for idx in mbs]
+    dev = ours.device
+
+    def step_ours() -> None:
+        ours.train_update(rows, mbs, ours.version, cfg.loss, args.entropy_coef, require_lag0=False)
+
+    def step_bare() -> None:
+        for i, mb in enumerate(collated):
+            bare.set_gradient_accumulation_boundary(i == len(collated) - 1)
+            logits = bare(input_ids=mb.input_ids.to(dev), attention_mask=mb.attention_mask.to(dev),
+                          use_cache=False).logits                                      # (B, L, V)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), mb.targets.to(dev).flatten(),
+                                                     ignore_index=-100, reduction="sum") / tokens
+            bare.backward(loss, scale_wrt_gas=False)
+        bare.step()
+
+    times: dict[str, list[float]] = {"ours": [], "bare": []}
+    for k in range(args.updates + 1):
+        for name, fn in (("ours", step_ours), ("bare", step_bare)) if k % 2 == 0 else (("bare", step_bare), ("ours", step_ours)):
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn()
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            if k:                                     # update 0 is the warm-up
+                times[name].append(time.perf_counter() - t)
+    n_params = sum(p.numel() for p in ours.engine.module.parameters())
+    tps = {k: tokens / statistics.median(v) for k, v in times.items()}
+    best = {k: tokens / min(v) for k, v in times.items()}
+    print(f"model {n_params / 1e6:.2f}M params, vocab {vocab}, {len(rows)} rows, {tokens} loss tokens/update, "
+          f"{len(mbs)} micro-batches, threads {torch.get_num_threads()}, device {args.device}")
+    for k in ("ours", "bare"):
+        print(f"{k:>5}: {tps[k]:10.0f} trained tokens/s median, {best[k]:10.0f} best  "
+              f"({statistics.median(times[k]) * 1e3:.1f} / {min(times[k]) * 1e3:.1f} ms per update, {len(times[k])} runs)")
+    print(f"ratio ours/bare = {tps['ours'] / tps['bare']:.3f} (median), {best['ours'] / best['bare']:.3f} (best)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Groups -> training rows -> padded micro-batches, split by a token budget and across ranks.
+
+A *row* is one response with its prompt: the model reads ``prompt + response[:-1]`` and the
+logits at position t predict token t + 1, so response token j (at sequence position P + j) is
+scored by the logits at position P + j - 1. Only response tokens are in the loss.
+
+Splitting rules (what keeps the gradient independent of the split, see ``learner.loss``):
+* groups stay whole inside a mini-batch (the schedule picks groups); rows of one mini-batch
+  are then packed into micro-batches of at most ``token_budget`` padded tokens (rows x longest
+  row), longest first, so padding stays small;
+* micro-batches are dealt to data-parallel ranks balancing padded tokens; every rank gets the
+  *same number* of micro-batches (empty ones become a one-token dummy with an empty loss
+  mask) because ZeRO-2/3 run collectives inside every backward/forward, and a rank that
+  stopped early would deadlock the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from buffer.schema import Group
+
+
+@dataclass
+class Row:
+    """One response as the learner trains on it."""
+
+    prompt_ids: np.ndarray       # (P,) int32
+    response_ids: np.ndarray     # (R,) int32, R >= 1
+    old_logprobs: np.ndarray     # (R,) float32 pi_old: behaviour (vLLM) or recomputed
+    advantage: float             # A_i, broadcast to every response token
+    version_start: int           # policy version that started sampling it
+    version_end: int
+    group_index: int             # index of its group in the step's rollout batch
+    ref_logprobs: np.ndarray | None = None   # (R,) float32 frozen-reference log-probs (k3 KL)
+
+    @property
+    def input_len(self) -> int:
+        """Tokens the model reads: prompt + response minus the last response token."""
+        return len(self.prompt_ids) + len(self.response_ids) - 1
+
+    @property
+    def loss_tokens(self) -> int:
+        return len(self.response_ids)
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded tensors of a few rows; every (B, L) tensor is aligned with the logits."""
+
+    input_ids: Tensor       # (B, L) int64, pad 0
+    attention_mask: Tensor  # (B, L) int64, 1 on real tokens
+    targets: Tensor         # (B, L) int64 next token (-100 where no response token is predicted)
+    loss_mask: Tensor       # (B, L) bool, positions that predict a response token (they enter T)
+    old_logprobs: Tensor    # (B, L) float32, 0 outside loss_mask
+    advantages: Tensor      # (B, L) float32, 0 outside loss_mask
+    version_start: Tensor   # (B,) int64, every token of a row shares its response's version
+    row_index: Tensor       # (B,) int64 index into the step's rows; -1 for the dummy row
+    ref_logprobs: Tensor | None = None  # (B, L) float32
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+def rows_from_groups(
+    groups: Sequence[Group],
+    advantages: Sequence[np.ndarray],   # per group (N_g,) float advantage per response
+    loss_masks: Sequence[np.ndarray],   # per group (N_g,) bool: the response enters the loss
+) -> list[Row]:
+    """Rows of the responses that enter the loss (group order, then response order).
+
+    Masked responses (truncation masks, stale, rejected groups) and empty ones are left out:
+    they would only cost forward/backward time for a zero contribution.
+    """
+    rows = []
+    for gi, (g, adv, keep) in enumerate(zip(groups, advantages, loss_masks)):
+        for r, a, k in zip(g.responses, adv, keep):
+            if r.length == 0 or not k:
+                continue
+            rows.append(Row(prompt_ids=np.asarray(g.prompt_ids, dtype=np.int32),
+                            response_ids=np.asarray(r.token_ids, dtype=np.int32),
+                            old_logprobs=np.asarray(r.logprobs, dtype=np.float32),
+                            advantage=float(a), version_start=int(r.version_start),
+                            version_end=int(r.version_end), group_index=gi))
+    return rows
+
+
+def split_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Pack row indices into micro-batches of <= token_budget padded tokens, longest first.
+
+    Deterministic for given lengths (stable sort). A row longer than the budget gets a
+    micro-batch of its own: sequences are never cut.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= token_budget:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def assign_to_ranks(micro_batches: list[list[int]], lengths: Sequence[int], world: int) -> list[list[list[int]]]:
+    """Deal micro-batches to ranks balancing padded tokens; equal counts, padded with ``[]``."""
+    per_rank = -(-len(micro_batches) // world) if micro_batches else 1
+    cost = [len(mb) * max(lengths[i] for i in mb) for mb in micro_batches]
+    ranks: list[list[list[int]]] = [[] for _ in range(world)]
+    load = [0] * world
+    for j in sorted(range(len(micro_batches)), key=lambda j: -cost[j]):
+        r = min((r for r in range(world) if len(ranks[r]) < per_rank), key=lambda r: (load[r], r))
+        ranks[r].append(micro_batches[j])
+        load[r] += cost[j]
+    for r in ranks:
+        r.extend([] for _ in range(per_rank - len(r)))
+    return ranks
+
+
+def plan_update(rows: Sequence[Row], row_indices: Sequence[int], token_budget: int,
+                world: int) -> list[list[list[int]]]:
+    """Rows of one mini-batch -> per rank, a list of micro-batches of step-row indices."""
+    lengths = [rows[i].input_len for i in row_indices]
+    local = split_micro_batches(lengths, token_budget)
+    per_rank = assign_to_ranks(local, lengths, world)
+    return [[[row_indices[i] for i in mb] for mb in mbs] for mbs in per_rank]
+
+
+def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0) -> MicroBatch:
+    """Right-padded tensors for ``rows[indices]``; an empty ``indices`` gives a dummy micro-batch."""
+    if not indices:
+        z = torch.zeros(1, 1, dtype=torch.long)
+        f = torch.zeros(1, 1, dtype=torch.float32)
+        b = torch.zeros(1, 1, dtype=torch.bool)
+        return MicroBatch(z + pad_id, torch.ones_like(z), torch.full_like(z, -100), b, f, f.clone(),
+                          torch.zeros(1, dtype=torch.long), torch.full((1,), -1))
+    sel = [rows[i] for i in indices]
+    B, L = len(sel), max(r.input_len for r in sel)
+    with_ref = all(r.ref_logprobs is not None for r in sel)
+    input_ids = np.full((B, L), pad_id, dtype=np.int64)
+    attn = np.zeros((B, L), dtype=np.int64)
+    targets = np.full((B, L), -100, dtype=np.int64)
+    mask = np.zeros((B, L), dtype=bool)
+    old = np.zeros((B, L), dtype=np.float32)
+    adv = np.zeros((B, L), dtype=np.float32)
+    ref = np.zeros((B, L), dtype=np.float32) if with_ref else None
+    for b, r in enumerate(sel):
+        seq = np.concatenate([r.prompt_ids, r.response_ids]).astype(np.int64)
+        n, p, nr = r.input_len, len(r.prompt_ids), len(r.response_ids)
+        input_ids[b, :n] = seq[:-1]
+        attn[b, :n] = 1
+        span = slice(p - 1, p - 1 + nr)            # logits positions that predict the response
+        targets[b, span] = r.response_ids
+        mask[b, span] = True
+        old[b, span] = r.old_logprobs
+        adv[b, span] = r.advantage
+        if ref is not None:
+            ref[b, span] = r.ref_logprobs
+    return MicroBatch(
+        input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attn),
+        targets=torch.from_numpy(targets), loss_mask=torch.from_numpy(mask),
+        old_logprobs=torch.from_numpy(old), advantages=torch.from_numpy(adv),
+        version_start=torch.tensor([r.version_start for r in sel], dtype=torch.long),
+        row_index=torch.tensor(list(indices), dtype=torch.long),
+        ref_logprobs=None if ref is None else torch.from_numpy(ref),
+    )
+
+
+def scatter_row_values(mb: MicroBatch, values: Tensor) -> dict[int, np.ndarray]:
+    """(B, L) per-position values -> {row index: (R,) values at its response tokens}."""
+    out = {}
+    for b in range(mb.row_index.shape[0]):
+        ri = int(mb.row_index[b])
+        if ri >= 0:
+            out[ri] = values[b][mb.loss_mask[b]].detach().to(torch.float32).cpu().numpy()
+    return out

@@ -1,0 +1,167 @@
+"""The learner's Ray actor group: one actor per DeepSpeed rank, and a fan-out handle.
+
+Each ``LearnerRank`` is a process of its own (as ``deepspeed`` launches would give), so
+``torch.distributed`` state never leaks into the driver. Rank 0 picks the rendezvous address
+(its node IP and a free port), every rank gets MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE /
+LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU). Ranks are
+placed with a PACK placement group, one bundle per rank.
+
+Every method that runs collectives (setup, train, score, publish, checkpoint) must be called
+on all ranks at once: :meth:`RankGroup.call` does exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any, Sequence
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from learner.trainer_config import LearnerConfig
+
+
+@ray.remote
+class LearnerRank:
+    """One DeepSpeed rank; the engine lives in this process (see ``learner.engine``)."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        self.engine = None
+        self.transport = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        """(this node's IP as registered with Ray, a free port on it) for the process group's
+        TCP store; a node started with ``--node-ip-address 127.0.0.1`` stays on loopback."""
+        node_id = ray.get_runtime_context().get_node_id()
+        ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((ip, 0))
+            return ip, s.getsockname()[1]
+
+    def setup(self, cfg: LearnerConfig, model_dir: str, addr: str, port: int, device: str,
+              local_rank: int) -> dict[str, Any]:
+        import deepspeed
+        import torch
+
+        # LOCAL_SIZE stays unset on purpose: with LOCAL_SIZE == WORLD_SIZE DeepSpeed's CPU backend
+        # maps a 69 MB /dev/shm workspace per rank for inference_all_reduce (unused in training)
+        # and never unlinks it. LOCAL_RANK suffices for device placement.
+        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank),
+                          WORLD_SIZE=str(self.world), LOCAL_RANK=str(local_rank))
+        os.environ.pop("LOCAL_SIZE", None)
+        if device == "cuda":
+            torch.cuda.set_device(0)
+        else:
+            torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
+        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo",
+                                   auto_mpi_discovery=False, verbose=False)
+        from learner.engine import RankEngine
+
+        self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device)
+        return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
+                "ds_config": self.engine.ds_config}
+
+    def train_updates(self, rows, updates: Sequence[tuple[int, list[list[int]]]], loss_cfg,
+                      entropy_coef: float, require_lag0: bool) -> list[tuple[dict, dict]]:
+        """Several consecutive optimizer updates: ``updates`` = [(version, micro-batches)]."""
+        return [self.engine.train_update(rows, mbs, version, loss_cfg, entropy_coef, require_lag0)
+                for version, mbs in updates]
+
+    def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, which: str) -> dict:
+        return self.engine.score_rows(rows, micro_batches, loss_cfg, which)
+
+    def set_transport(self, transport) -> None:
+        """Keep the weight transport for this actor's lifetime: Ray reference-counts the
+        transport's store actor by its handles, so a per-call copy would let it die after publish."""
+        self.transport = transport
+
+    def publish(self, version: int) -> str | None:
+        return self.engine.publish(self.transport, version)
+
+    def save_checkpoint(self, ckpt: str, init_model_dir: str) -> None:
+        from learner.checkpoint import save_rank
+
+        save_rank(self.engine, Path(ckpt), init_model_dir)
+
+    def load_checkpoint(self, ckpt: str) -> int:
+        from learner.checkpoint import load_rank
+
+        return load_rank(self.engine, Path(ckpt))
+
+    def full_state_dict(self):
+        return self.engine.full_state_dict()
+
+    def version(self) -> int:
+        return self.engine.version
+
+
+def _cluster_has_gpus() -> bool:
+    return ray.cluster_resources().get("GPU", 0) > 0
+
+
+class RankGroup:
+    """N ``LearnerRank`` actors forming one DeepSpeed data-parallel group."""
+
+    def __init__(self, cfg: LearnerConfig, model_dir: str | Path):
+        self.cfg = cfg.model_copy()
+        self.signature = cfg.engine_signature()
+        self.model_dir = str(model_dir)
+        self.device = cfg.device if cfg.device != "auto" else ("cuda" if _cluster_has_gpus() else "cpu")
+        gpus = 1 if self.device == "cuda" else 0
+        n = cfg.num_ranks
+        self.pg = placement_group([{"CPU": cfg.cpus_per_rank, **({"GPU": gpus} if gpus else {})}] * n,
+                                  strategy="PACK")
+        ray.get(self.pg.ready())
+        self.actors = [
+            LearnerRank.options(num_cpus=cfg.cpus_per_rank, num_gpus=gpus, scheduling_strategy=
+                                PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
+            .remote(r, n) for r in range(n)]
+        addrs = ray.get([a.rendezvous.remote() for a in self.actors])
+        master_addr, port = addrs[0]
+        local = _local_ranks([ip for ip, _ in addrs])
+        # On GPU each actor sees only its own device (Ray sets CUDA_VISIBLE_DEVICES): LOCAL_RANK 0.
+        self.info = self.call_each("setup", [
+            (self.cfg, self.model_dir, master_addr, port, self.device, local[r] if self.device == "cpu" else 0)
+            for r in range(n)])
+
+    @property
+    def world(self) -> int:
+        return len(self.actors)
+
+    def call(self, method: str, *args, **kwargs) -> list:
+        """Run ``method`` with the same arguments on every rank concurrently; results by rank."""
+        return ray.get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
+
+    def call_each(self, method: str, rank_args: Sequence[tuple]) -> list:
+        """Run ``method`` on every rank concurrently with rank r's arguments ``rank_args[r]``."""
+        return ray.get([getattr(a, method).remote(*rank_args[r]) for r, a in enumerate(self.actors)])
+
+    def version(self) -> int:
+        versions = set(self.call("version"))
+        if len(versions) != 1:
+            raise RuntimeError(f"ranks disagree on the policy version: {sorted(versions)}")
+        return versions.pop()
+
+    def check_compatible(self, cfg: LearnerConfig) -> None:
+        diff = {k: (v, getattr(cfg, k)) for k, v in self.signature.items() if getattr(cfg, k) != v}
+        if diff:
+            raise ValueError(f"rank group was built with different engine settings: {diff}")
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []
+        remove_placement_group(self.pg)
+
+
+def _local_ranks(ips: list[str]) -> list[int]:
+    """LOCAL_RANK per global rank: its index among the ranks on the same node (by IP)."""
+    out, seen = [], {}
+    for ip in ips:
+        out.append(seen.get(ip, 0))
+        seen[ip] = seen.get(ip, 0) + 1
+    return out

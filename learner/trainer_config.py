@@ -1,0 +1,175 @@
+"""The DeepSpeed learner's full config: mode, batch sizes, optimizer, engine layout, math.
+
+Composes the pure-math sub-configs of ``learner.config`` (advantages, policy loss, entropy
+control) with what only the distributed learner needs. Two places hold a knob that the math
+also reads (``temperature`` and ``old_logprobs``, also fields of :class:`PolicyLossConfig`):
+the top-level field is the single source of truth and is copied into ``loss``. A value given
+only in ``loss`` is adopted; when both are given the top level wins (so the usual
+``model_dump()`` -> update top level -> ``model_validate`` edit of a preset does what it says).
+
+Strict on-policy mode (DESIGN.md §3) is enforced here, so a preset that claims to be
+on-policy but is not fails at construction, before any engine starts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from learner.config import AdaptiveEntropy, AdvantageConfig, BatchConfig, EntropyConfig, PolicyLossConfig
+
+# Fields that shape the DeepSpeed engines: a Learner may only reuse a rank group whose engines
+# were built with the same values (everything else is per-call and may differ).
+ENGINE_FIELDS = ("num_ranks", "zero_stage", "dtype", "device", "gradient_checkpointing", "lr",
+                 "warmup_steps", "weight_decay", "betas", "adam_eps", "grad_clip", "seed")
+
+
+class LearnerConfig(BaseModel):
+    """Everything the learner needs besides the buffer, the model dir and the weight transport."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # --- algorithm ---------------------------------------------------------------------------
+    mode: Literal["on_policy", "off_policy"] = Field(
+        "on_policy", description="'on_policy': strict, every token trained at lag 0 (N_reuse 1, "
+        "D_T = D_R, eps_low = eps_high, max_lag 0; violations raise PolicyLagError). "
+        "'off_policy': lag <= max_lag, N_reuse >= 1, clip-higher allowed (DESIGN.md §3).")
+    rollout_batch: int = Field(64, ge=1, description="D_R: valid groups (prompts) per learner step.")
+    mini_batch: int = Field(64, ge=1, description="D_T: groups per optimizer update; divides D_R.")
+    n_reuse: int = Field(1, ge=1, description="N_reuse: passes over each rollout batch; "
+                         "N_SGD = (D_R / D_T) * N_reuse optimizer updates per step.")
+    group_size: int = Field(16, ge=2, description="gs: responses per prompt the actors sample "
+                            "(informational: ragged groups are accepted and normalised as they are).")
+    shuffle: bool = Field(True, description="Seeded shuffle of the groups at every reuse pass.")
+    max_lag: int = Field(0, ge=0, description="Largest policy lag (v_learner - version_start) a "
+                         "response may have at the start of a step; staler ones are dropped, "
+                         "counted and dead-lettered with reason 'stale'. 0 in on-policy mode.")
+    dynamic_sampling: bool = Field(
+        True, description="DAPO dynamic sampling: ACK and discard zero-advantage groups and keep "
+        "reading until D_R valid ones. Off: take exactly D_R groups; rejected groups stay in the "
+        "schedule with an empty loss mask so N_SGD (and the version arithmetic actors rely on) "
+        "stays fixed.")
+    old_logprobs: Literal["behaviour", "recompute"] = Field(
+        "behaviour", description="pi_old: the actors' behaviour log-probs, or the learner's own "
+        "(no grad) with the weights at the start of the step (one extra forward pass).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature tau; learner logits "
+                               "are divided by it (must match the actors').")
+    max_response_tokens: int | None = Field(
+        None, ge=1, description="L_max of the current stage; needed by DAPO overlong shaping "
+        "(advantage.overlong_cache).")
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig,
+                                       description="GRPO advantage / truncation mask settings.")
+    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig,
+                                   description="Token-level clipped loss (eps_low/high, dual clip, k3 KL beta).")
+    entropy: EntropyConfig = Field(default_factory=AdaptiveEntropy,
+                                   description="Entropy coefficient: adaptive (Skywork-OR1), fixed, or none.")
+
+    # --- optimizer ---------------------------------------------------------------------------
+    lr: float = Field(1e-6, gt=0, description="AdamW peak learning rate (1e-6 in Skywork-OR1).")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up over this many optimizer "
+                              "updates (lr * min(1, (u + 1) / warmup_steps)); 0 = constant lr.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (beta1, beta2).")
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
+    grad_clip: float = Field(1.0, ge=0, description="Clip the global grad norm of each full "
+                             "mini-batch gradient to this value; 0 = off.")
+
+    # --- engine layout -----------------------------------------------------------------------
+    num_ranks: int = Field(1, ge=1, description="Data-parallel DeepSpeed ranks (one Ray actor each).")
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage 0-3.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="'auto': cuda if the Ray cluster has GPUs, else cpu (gloo backend).")
+    cpus_per_rank: float = Field(1.0, gt=0, description="Ray CPUs reserved per rank (sets torch threads on CPU).")
+    dtype: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="Training precision: 'auto' = bf16 on GPU, fp32 on CPU.")
+    micro_batch_tokens: int = Field(
+        16384, ge=1, description="Token budget of one micro-batch (rows x padded length, per "
+        "rank); a mini-batch is split into as many micro-batches as needed, with gradients "
+        "accumulated and normalised by the global token count.")
+    gradient_checkpointing: bool = Field(False, description="HF activation checkpointing "
+                                         "(recompute activations in backward; less memory, ~30% slower).")
+    seed: int = Field(0, description="Seeds the mini-batch shuffles (per step) and torch on every rank.")
+
+    # --- weights, checkpoints, data ----------------------------------------------------------
+    sync_interval: int | None = Field(
+        None, ge=1, description="Also publish weights at every version divisible by this (mid-step, "
+        "for in-flight actor updates); weights are always published after a step's last update. "
+        "None = only at the end of each learner step.")
+    checkpoint_every: int = Field(
+        10, ge=0, description="Checkpoint every K learner steps (and at close). Groups are ACKed "
+        "only once a checkpoint covering them is saved, so K trades checkpoint I/O against how "
+        "much is retrained after a crash. 0 = no checkpoints; ACK right after each step.")
+    keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")
+    consumer: str = Field("learner", min_length=1, description="Stable consumer name in the "
+                          "groups consumer group; a restarted learner must reuse it to re-read "
+                          "its pending (unACKed) groups.")
+    block_ms: int = Field(1000, ge=1, description="How long one buffer read blocks waiting for groups.")
+    data_timeout_s: float | None = Field(
+        None, gt=0, description="Raise TimeoutError if a step cannot collect D_R valid groups "
+        "within this many seconds; None = wait forever.")
+    print_metrics: bool = Field(True, description="Print a one-line summary per step to stdout.")
+
+    @model_validator(mode="after")
+    def _validate(self) -> LearnerConfig:
+        self._sync_loss_fields()
+        BatchConfig(rollout_batch=self.rollout_batch, group_size=self.group_size,
+                    mini_batch=self.mini_batch, n_reuse=self.n_reuse)   # D_T | D_R
+        if self.mode == "on_policy":
+            problems = []
+            if self.n_reuse != 1:
+                problems.append(f"n_reuse={self.n_reuse} (need 1)")
+            if self.mini_batch != self.rollout_batch:
+                problems.append(f"mini_batch={self.mini_batch} != rollout_batch={self.rollout_batch}")
+            if self.loss.eps_low != self.loss.eps_high:
+                problems.append(f"eps_low={self.loss.eps_low} != eps_high={self.loss.eps_high}")
+            if self.max_lag != 0:
+                problems.append(f"max_lag={self.max_lag} (need 0)")
+            if self.sync_interval not in (None, 1):
+                problems.append(f"sync_interval={self.sync_interval} (need None or 1: actors "
+                                "generate batch s with version s weights)")
+            if problems:
+                raise ValueError("mode='on_policy' is strict on-policy: " + "; ".join(problems))
+        elif self.max_lag < 1:
+            raise ValueError("mode='off_policy' needs max_lag >= 1 (use mode='on_policy' for lag 0)")
+        if self.dynamic_sampling and not self.advantage.reject_zero_advantage:
+            raise ValueError("dynamic_sampling=True discards zero-advantage groups; it contradicts "
+                             "advantage.reject_zero_advantage=False")
+        if self.advantage.overlong_cache is not None and self.max_response_tokens is None:
+            raise ValueError("advantage.overlong_cache needs max_response_tokens (L_max)")
+        return self
+
+    def _sync_loss_fields(self) -> None:
+        """Copy temperature / old_logprobs into ``loss`` (see the module docstring for precedence)."""
+        updates = {}
+        for name in ("temperature", "old_logprobs"):
+            top, sub = getattr(self, name), getattr(self.loss, name)
+            top_set, sub_set = name in self.model_fields_set, name in self.loss.model_fields_set
+            if top == sub:
+                continue
+            if sub_set and not top_set:       # only the sub-config was given: adopt its value
+                object.__setattr__(self, name, sub)
+            else:
+                updates[name] = top
+        if updates:
+            loss = self.loss.model_copy(update=updates)
+            loss.__pydantic_fields_set__.difference_update(updates)   # derived, not user-set
+            object.__setattr__(self, "loss", loss)
+
+    @property
+    def batch(self) -> BatchConfig:
+        return BatchConfig(rollout_batch=self.rollout_batch, group_size=self.group_size,
+                           mini_batch=self.mini_batch, n_reuse=self.n_reuse, shuffle=self.shuffle)
+
+    @property
+    def n_sgd(self) -> int:
+        """Optimizer updates per learner step, (D_R / D_T) * N_reuse."""
+        return self.rollout_batch // self.mini_batch * self.n_reuse
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.loss.kl_beta > 0
+
+    def engine_signature(self) -> dict:
+        """The fields a rank group's engines were built with (see ENGINE_FIELDS)."""
+        return {k: getattr(self, k) for k in ENGINE_FIELDS}

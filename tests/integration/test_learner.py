@@ -1,0 +1,399 @@
+"""The DeepSpeed learner end to end on CPU: real DeepSpeed (gloo), Ray rank actors, real Redis.
+
+One 1-rank group (ZeRO-0) serves every test; the 1-vs-2-rank test adds a 2-rank ZeRO-2 group
+for its duration. The group saves its initial state once, so a test that needs version-0
+weights restores it instead of paying for another engine. Synthetic groups: random token ids
+from the tiny vocabulary, behaviour log-probs computed with the learner's current weights (so
+ratios start at ~1), 0/1 rewards with variance inside each group.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from buffer.schema import Group, Response
+from buffer.server import EmbeddedRedis
+from buffer.telemetry import decode_metrics_entry
+from learner.advantages import compute_advantages
+from learner.batching import Row, collate, rows_from_groups
+from learner.config import AdaptiveEntropy, PolicyLossConfig
+from learner.errors import PolicyLagError
+from learner.logprobs import logprobs_and_entropy
+from learner.loss import PolicyLossInputs, policy_loss
+from learner.trainer_config import LearnerConfig
+
+pytestmark = pytest.mark.integration
+
+GS = 4            # responses per group
+LR = 1e-4         # large enough to see one update on the tiny model
+_ids = itertools.count()
+
+
+def learner_cfg(**kw) -> LearnerConfig:
+    base = dict(lr=LR, weight_decay=0.0, grad_clip=1.0, zero_stage=0, num_ranks=1, seed=0, group_size=GS,
+                rollout_batch=4, mini_batch=4, micro_batch_tokens=48, checkpoint_every=0, block_ms=100,
+                data_timeout_s=60.0)
+    return LearnerConfig(**(base | kw))
+
+
+@pytest.fixture(scope="module")
+def world():
+    from launch.tiny.build import ensure_tiny_world
+    return ensure_tiny_world()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    with EmbeddedRedis(tmp_path_factory.mktemp("learner-redis"), appendfsync="no") as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def policy(world):
+    """The tiny model in the test process: behaviour log-probs and reference computations."""
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(str(world.model_dir), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def ranks(ray_local, world, tmp_path_factory):
+    from learner.rank_actor import RankGroup
+    group = RankGroup(learner_cfg(), world.model_dir)
+    group.init_ckpt = tmp_path_factory.mktemp("init-state") / "ckpt"
+    group.call("save_checkpoint", str(group.init_ckpt), str(world.model_dir))
+    yield group
+    group.shutdown()
+
+
+def make_buffer(url: str, name: str):
+    from buffer import RunBuffer
+    return RunBuffer.from_url(url, f"lt-{name}-{next(_ids)}")
+
+
+def make_learner(cfg, buf, world, run_dir, ranks):
+    from actors.weight_sync import RayObjectStoreTransport
+    from learner.loop import Learner
+    return Learner(cfg, buffer=buf, model_dir=world.model_dir, run_dir=run_dir, ranks=ranks,
+                   transport=RayObjectStoreTransport(buf.run_id))
+
+
+def set_weights(model, state: dict[str, torch.Tensor]) -> None:
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}   # tied to the embeddings
+
+
+def make_groups(model, n: int, version: int, seed: int, *, rewards=None) -> list[Group]:
+    """n groups of GS random responses; behaviour log-probs from ``model`` at temperature 1."""
+    rng = np.random.default_rng(seed)
+    vocab = model.config.vocab_size
+    groups = []
+    for i in range(n):
+        rw = rewards if rewards is not None else rng.permutation([0.0, 1.0] + list(rng.integers(0, 2, GS - 2) * 1.0))
+        tokens = [rng.integers(3, vocab, int(rng.integers(3, 11))).astype(np.int32) for _ in rw]
+        responses = [Response(t, np.zeros(len(t), np.float32), "stop", version, version, float(r))
+                     for t, r in zip(tokens, rw)]
+        gid = f"s{seed}-g{i}-{next(_ids)}"
+        groups.append(Group(gid, gid, "synthetic", 0, rng.integers(3, vocab, int(rng.integers(3, 7))).astype(np.int32),
+                            "1", responses, "test-actor"))
+    rows = rows_from_groups(groups, [np.zeros(GS)] * n, [np.ones(GS, bool)] * n)
+    with torch.no_grad():
+        mb = collate(rows, list(range(len(rows))))
+        logp, _ = logprobs_and_entropy(model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits,
+                                       mb.targets)                                         # (B, L)
+    k = 0
+    for g in groups:
+        for r in g.responses:
+            r.logprobs = logp[k][mb.loss_mask[k]].numpy().astype(np.float32)
+            k += 1
+    return groups
+
+
+def mini_batch_loss(model, groups, cfg: LearnerConfig) -> torch.Tensor:
+    """The learner's loss on ``groups`` as one mini-batch, computed with plain torch."""
+    advs, masks = [], []
+    for g in groups:
+        res = compute_advantages(torch.tensor(g.rewards)[None], torch.tensor([r.length for r in g.responses])[None],
+                                 torch.tensor([r.truncated for r in g.responses])[None], cfg.advantage)
+        advs.append(res.advantages[0].numpy())
+        masks.append(res.loss_mask[0].numpy())
+    rows = rows_from_groups(groups, advs, masks)
+    mb = collate(rows, list(range(len(rows))))
+    logp, ent = logprobs_and_entropy(model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits,
+                                     mb.targets, cfg.temperature)
+    inputs = PolicyLossInputs(logp, mb.old_logprobs, mb.advantages, mb.loss_mask, entropy=ent.detach())
+    return policy_loss(inputs, cfg.loss, mb.num_loss_tokens, 0.0)[0]
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def update_error(w: dict, ref: dict, init: dict) -> float:
+    """||w - ref|| / ||ref - init|| over all parameters: relative error of an update."""
+    num = sum(float((w[k] - ref[k]).square().sum()) for k in ref)
+    den = sum(float((ref[k] - init[k]).square().sum()) for k in ref)
+    return (num / den) ** 0.5
+
+
+# ------------------------------------------------------------------------------------------------
+def test_one_update_changes_params_and_lowers_loss(ranks, world, redis_url, policy, run_dir):
+    cfg = learner_cfg(mode="on_policy")
+    buf = make_buffer(redis_url, "update")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    v0, before = learner.version, learner.full_state_dict()
+    set_weights(policy, before)
+    groups = make_groups(policy, 4, v0, seed=1)
+    for g in groups:
+        buf.put_group(g)
+    m = learner.step()
+    after = learner.full_state_dict()
+
+    assert m["updates"] == 1 and m["version"] == v0 + 1 == ranks.version()
+    assert m["ratio/mean"] == pytest.approx(1.0, abs=1e-4)          # behaviour log-probs = learner's
+    assert all(not torch.equal(before[k], after[k]) for k in before), "every parameter tensor moves"
+    with torch.no_grad():
+        set_weights(policy, before)
+        loss_before = float(mini_batch_loss(policy, groups, cfg))
+        set_weights(policy, after)
+        loss_after = float(mini_batch_loss(policy, groups, cfg))
+    assert loss_after < loss_before - 1e-4, (loss_before, loss_after)
+    assert buf.pending_groups(cfg.consumer) == []                    # checkpoint_every=0: ACKed after the step
+
+
+def test_one_and_two_ranks_give_the_same_update(ranks, world, redis_url, policy, tmp_path):
+    """Same global batch, 2 updates, many uneven micro-batches: 1 rank (ZeRO-0) == 2 ranks (ZeRO-2)
+    == plain torch on the full mini-batch (AdamW, clip 1.0 on the full gradient)."""
+    from learner.rank_actor import RankGroup
+
+    assert ranks.call("load_checkpoint", str(ranks.init_ckpt)) == [0]      # version-0 weights and optimizer
+    cfg1 = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=2, shuffle=False,
+                       micro_batch_tokens=24)
+    cfg2 = cfg1.model_copy(update={"num_ranks": 2, "zero_stage": 2})
+    init = ranks.call("full_state_dict")[0]
+    set_weights(policy, init)
+    groups = make_groups(policy, 4, 0, seed=2)
+
+    # plain torch reference: update u trains groups [2u, 2u+1] (no shuffle)
+    ref_norms = []
+    opt = torch.optim.AdamW(policy.parameters(), lr=cfg1.lr, betas=cfg1.betas, eps=cfg1.adam_eps,
+                            weight_decay=cfg1.weight_decay)
+    for u in range(2):
+        opt.zero_grad()
+        mini_batch_loss(policy, groups[2 * u:2 * u + 2], cfg1).backward()
+        ref_norms.append(float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg1.grad_clip)))
+        opt.step()
+    reference = {k: v.detach().clone() for k, v in policy.named_parameters()}
+
+    two = RankGroup(cfg2, world.model_dir)
+    try:
+        results = {}
+        for name, cfg, group in (("one", cfg1, ranks), ("two", cfg2, two)):
+            buf = make_buffer(redis_url, f"dp-{name}")
+            for g in groups:
+                buf.put_group(g)
+            learner = make_learner(cfg, buf, world, tmp_path / name, group)
+            results[name] = (learner.step(), learner.full_state_dict())
+    finally:
+        two.shutdown()
+    (m1, w1), (m2, w2) = results["one"], results["two"]
+    assert m1["updates"] == m2["updates"] == 2 and m1["tokens/trained"] == m2["tokens/trained"]
+    assert max(ref_norms) > cfg1.grad_clip                                  # clipping is exercised
+    for m in (m1, m2):
+        assert m["grad/norm"] == pytest.approx(np.mean(ref_norms), rel=1e-5)
+        assert m["grad/norm_max"] == pytest.approx(max(ref_norms), rel=1e-5)
+    # Adam makes near-zero gradient entries sensitive to summation order: compare whole updates
+    # (a wrong micro-batch/rank weighting moves them by O(1) relative, not 1e-4) and bound every entry.
+    for w in (w1, w2):
+        assert update_error(w, reference, init) < 1e-3 and max_diff(w, reference) < 0.1 * LR
+    assert update_error(w1, w2, init) < 1e-3
+
+
+def test_on_policy_raises_on_lag(ranks, world, redis_url, policy, run_dir):
+    cfg = learner_cfg(mode="on_policy")
+    buf = make_buffer(redis_url, "onpolicy")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    set_weights(policy, learner.full_state_dict())
+    if learner.version == 0:                                               # need a version to lag behind
+        for g in make_groups(policy, 4, 0, seed=3):
+            buf.put_group(g)
+        learner.step()
+    v = learner.version
+    groups = make_groups(policy, 4, v, seed=4)
+    groups[2].responses[1].version_start = groups[2].responses[1].version_end = v - 1   # one lag-1 sample
+    for g in groups:
+        g.step = learner.steps_done                      # issued for the step being trained
+        buf.put_group(g)
+    with pytest.raises(PolicyLagError, match="lag"):
+        learner.step()
+    assert ranks.version() == v                                            # nothing trained
+    assert {g.group_id for _, g in buf.pending_groups(cfg.consumer)} >= {groups[2].group_id}  # not ACKed
+
+    # the engine checks too, with its own version counter
+    r = groups[0].responses[0]
+    row = Row(groups[0].prompt_ids, r.token_ids, r.logprobs, 1.0, v - 1, v - 1, 0)
+    with pytest.raises(PolicyLagError):
+        ranks.call("train_updates", [row], [(v, [[0]])], cfg.loss, 0.0, True)
+    assert ranks.version() == v
+
+
+def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, world, redis_url, policy, run_dir):
+    from actors.weight_sync import RayObjectStoreTransport
+
+    cfg = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=1, n_reuse=4, sync_interval=4,
+                      loss=PolicyLossConfig(eps_low=0.2, eps_high=0.28))
+    buf = make_buffer(redis_url, "reuse")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    v0 = learner.version
+    set_weights(policy, learner.full_state_dict())
+    valid = make_groups(policy, 4, v0, seed=5)
+    zero = make_groups(policy, 1, v0, seed=6, rewards=[1.0] * GS)[0]
+    for g in valid[:2] + [zero] + valid[2:]:
+        buf.put_group(g)
+    m = learner.step()
+    assert m["updates"] == 16 and m["version"] == v0 + 16 == ranks.version()
+    assert m["lag/hist"] == {str(k): GS for k in range(16)}               # update u trains one group at lag u
+    assert m["lag/max"] == 15 and m["lag/mean"] == pytest.approx(7.5)
+    assert m["groups/zero_adv_dropped"] == 1 and m["groups/read"] == 5 and m["lag/stale_dropped"] == 0
+    version, location = buf.get_version()
+    assert version == v0 + 16
+    published = dict(RayObjectStoreTransport(buf.run_id).fetch(location))
+    state = learner.full_state_dict()
+    assert published.keys() == state.keys() and "model.layers.0.self_attn.q_proj.weight" in published
+    assert max_diff(published, state) == 0.0
+    # published at every multiple of 4 inside the step, and always at its end
+    assert buf.client.xlen(buf.keys.versions) == 4 + int((v0 + 16) % 4 != 0)
+
+    # step 2 starts at v0 + 16: a fully stale group and a half-stale one (lag 16 > max_lag 2)
+    v1 = v0 + 16
+    set_weights(policy, state)
+    fresh = make_groups(policy, 4, v1, seed=7)
+    stale = make_groups(policy, 1, v0, seed=8)[0]
+    half = make_groups(policy, 1, v1, seed=9, rewards=[0.0, 1.0, 1.0, 0.0])[0]
+    for r in half.responses[2:]:
+        r.version_start = r.version_end = v0
+    for g in [fresh[0], stale, half] + fresh[1:]:
+        buf.put_group(g)
+    m2 = learner.step()
+    assert m2["lag/stale_dropped"] == GS + 2 and m2["groups/stale_dropped"] == 1
+    assert m2["groups/trained"] == 4 and m2["groups/read"] == 5            # fresh[3] is left for the next step
+    assert sum(m2["lag/hist"].values()) == 4 * (4 * GS) - 4 * 2            # the half group trains 2 responses
+    assert max(int(k) for k in m2["lag/hist"]) == 15
+    stale_letters = [d for d in buf.dead_letters() if d["reason"] == "stale"]
+    assert len(stale_letters) == 2 and {d["source"] for d in stale_letters} == {"learner"}
+    rows = [decode_metrics_entry(*e) for e in buf.client.xrange(buf.keys.metrics)]
+    assert [r["step"] for r in rows] == [0, 1] and rows[0]["lag/hist"] == m["lag/hist"]
+    for key in ("entropy/mean", "entropy/coef", "reward/mean", "reward/accuracy", "length/mean", "length/max",
+                "truncation/rate", "groups/zero_adv_dropped", "lag/mean", "lag/max", "lag/stale_dropped",
+                "clip/low_frac", "clip/high_frac", "ratio/mean", "ratio/max", "grad/norm", "lr",
+                "tokens/trained_per_s", "time/wait_data", "time/train", "time/weight_sync", "version", "mode"):
+        assert key in rows[1], key
+
+
+def test_future_versions_wait_or_are_dead_lettered(ranks, world, redis_url, policy, run_dir):
+    """As after a restore: the buffer holds version v+2 published by a crashed learner, the learner
+    is at v. A group sampled with v+2 waits until the learner gets there; one claiming a version
+    nobody published is dead-lettered; intermediate versions are not published backwards."""
+    cfg = learner_cfg(mode="off_policy", max_lag=4, rollout_batch=2, mini_batch=2)
+    buf = make_buffer(redis_url, "future")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    v = learner.version
+    buf.publish_version(v + 2, "ray://crashed-learner/0")
+    set_weights(policy, learner.full_state_dict())
+    ahead, corrupt = make_groups(policy, 1, v + 2, seed=11)[0], make_groups(policy, 1, v + 50, seed=12)[0]
+    fresh = make_groups(policy, 5, v, seed=13)
+    for g in [ahead, corrupt, *fresh]:
+        buf.put_group(g)
+    m1 = learner.step()
+    assert m1["groups/read"] == 4 and m1["groups/trained"] == 2 and not buf.is_consumed(ahead.group_id)
+    assert buf.get_version() == (v + 2, "ray://crashed-learner/0")        # v + 1 not published backwards
+    assert [d["reason"] for d in buf.dead_letters()] == ["future_version"] and buf.is_consumed(corrupt.group_id)
+    m2 = learner.step()                                                    # v+1: still too early for `ahead`
+    assert m2["groups/trained"] == 2 and not buf.is_consumed(ahead.group_id)
+    assert buf.get_version()[0] == v + 2 and buf.get_version()[1] != "ray://crashed-learner/0"
+    m3 = learner.step()                                                    # v+2: `ahead` trains at lag 0
+    assert buf.is_consumed(ahead.group_id) and m3["lag/hist"] == {"0": GS, "2": GS}   # ahead, fresh[4]
+
+
+def test_recompute_old_logprobs_and_kl(ranks, world, redis_url, policy, run_dir):
+    cfg = learner_cfg(mode="on_policy", old_logprobs="recompute", loss=PolicyLossConfig(kl_beta=1e-3))
+    buf = make_buffer(redis_url, "recompute")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    set_weights(policy, ranks.call("full_state_dict")[0])
+    for g in make_groups(policy, 4, learner.version, seed=10):
+        for r in g.responses:
+            r.logprobs = r.logprobs - 0.5          # behaviour log-probs are ignored in recompute mode
+        buf.put_group(g)
+    m = learner.step()
+    assert m["ratio/mean"] == pytest.approx(1.0, abs=1e-4) and m["clip/low_frac"] == 0.0
+    assert m["kl/mean"] >= 0.0 and np.isfinite(m["kl/mean"])
+
+
+def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy, run_dir, monkeypatch):
+    """Checkpoint at step 2, crash after step 3: the restarted learner retrains step 3's pending
+    groups to bit-identical weights. Crash between checkpoint 4 and its ACK: the restarted learner
+    ACKs and skips the covered groups and trains only new ones."""
+    cfg = learner_cfg(mode="off_policy", max_lag=8, rollout_batch=4, mini_batch=2, checkpoint_every=2,
+                      entropy=AdaptiveEntropy(target=10.0, delta=1e-3, c_init=1e-3, c_max=1e-2))
+    name = "resume"
+    buf = make_buffer(redis_url, name)
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    v0 = learner.version
+    set_weights(policy, learner.full_state_dict())
+    batches = [make_groups(policy, 4, v0, seed=20 + s) for s in range(5)]
+    for g in itertools.chain(*batches[:3]):
+        buf.put_group(g)
+    learner.run(2)
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    m3 = learner.step()                                                    # not checkpointed
+    w3 = learner.full_state_dict()
+    assert {g.group_id for _, g in buf.pending_groups(cfg.consumer)} == {g.group_id for g in batches[2]}
+
+    # "crash" after step 3; a new learner on the same run dir and consumer
+    from buffer import RunBuffer
+    buf2 = RunBuffer.from_url(redis_url, buf.run_id)
+    resumed = make_learner(cfg, buf2, world, run_dir, ranks)
+    assert resumed.version == v0 + 4 and resumed.steps_done == 2
+    r3 = resumed.step()
+    assert r3["version"] == m3["version"] and max_diff(resumed.full_state_dict(), w3) == 0.0
+    for key in ("loss/total", "entropy/mean", "entropy/coef", "grad/norm", "ratio/mean"):
+        assert r3[key] == m3[key], key
+
+    # the HF checkpoint is loadable by transformers and has the tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    hf = run_dir / "checkpoints" / "step_000002" / "hf"
+    assert AutoTokenizer.from_pretrained(str(hf)).vocab_size > 0
+    AutoModelForCausalLM.from_pretrained(str(hf))
+
+    # step 4 checkpoints (covers batches 2 and 3), then the ACK "crashes"
+    for g in batches[3]:
+        buf2.put_group(g)
+
+    def boom(*a, **k):
+        raise ConnectionError("learner died before ACK")
+    monkeypatch.setattr(buf2, "ack_groups", boom)
+    with pytest.raises(ConnectionError):
+        resumed.step()
+    w4 = resumed.full_state_dict()
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000004"
+
+    from actors.weight_sync import RayObjectStoreTransport
+    from learner.loop import Learner
+    again = Learner.from_url(cfg, buffer_url=redis_url, run_id=buf.run_id, model_dir=world.model_dir,
+                             run_dir=run_dir, transport=RayObjectStoreTransport(buf.run_id), ranks=ranks)
+    buf3 = again.buffer
+    assert again.version == v0 + 8 and max_diff(again.full_state_dict(), w4) == 0.0
+    for g in batches[4]:
+        buf3.put_group(g)
+    m5 = again.step()
+    assert m5["groups/skipped_done"] == 8 and m5["groups/trained"] == 4 and m5["version"] == v0 + 10
+    assert {g.group_id for _, g in buf3.pending_groups(cfg.consumer)} == {g.group_id for g in batches[4]}
+    assert all(buf3.is_consumed(g.group_id) for g in itertools.chain(*batches[2:4]))
+    again.close()                                        # final checkpoint covers and ACKs batch 4
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000005"
+    assert buf3.pending_groups(cfg.consumer) == [] and all(buf3.is_consumed(g.group_id) for g in batches[4])
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000004", "step_000005"]
