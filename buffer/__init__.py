@@ -1,0 +1,15 @@
+"""The Redis-backed, versioned trajectory buffer (DESIGN.md §2-3, §10).
+
+Import the classes from here; pure helpers (``buffer.versions``, ``buffer.schema``) import no
+server machinery beyond redis-py.
+"""
+
+from buffer.config import BufferConfig
+from buffer.groups import BackpressureTimeout
+from buffer.keys import RunKeys
+from buffer.schema import Group, InvalidMessage, PromptMsg, Response
+from buffer.server import EmbeddedRedis, connect, open_buffer_server
+from buffer.streams import RunBuffer
+
+__all__ = ["BackpressureTimeout", "BufferConfig", "EmbeddedRedis", "Group", "InvalidMessage", "PromptMsg",
+           "Response", "RunBuffer", "RunKeys", "connect", "open_buffer_server"]

@@ -1,0 +1,133 @@
+"""The groups stream: actors -> learner (consumer group "learner"), with backpressure.
+
+Exactly-once in effect: a group can reach the stream twice (a slow actor whose prompt was
+reclaimed; a retried write) and an entry can be delivered twice (reclaim after a learner death).
+The learner trains on a group only if its ``group_id`` is not in the ``consumed`` set, and
+:meth:`GroupChannel.ack` adds the id to that set in the same atomic step as the XACK. A
+duplicate is ACKed and counted, never trained on.
+
+ACK when the training on a group is durable (e.g. at checkpoint time): what was taken but not
+ACKed when the learner dies is re-delivered by :meth:`pending` (same consumer name) or
+:meth:`reclaim` (another one).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import redis
+
+from buffer.config import BufferConfig
+from buffer.deadletter import DeadLetterLog
+from buffer.keys import PROMPT_READERS, RunKeys
+from buffer.prompts import PromptChannel
+from buffer.queue import Entry, StreamQueue
+from buffer.schema import Group, decode_group, encoded_group
+from buffer.scripts import Scripts
+
+
+class BackpressureTimeout(TimeoutError):
+    """The learner has not consumed enough groups to make room within the timeout."""
+
+
+class GroupChannel:
+    def __init__(self, client: redis.Redis, keys: RunKeys, cfg: BufferConfig, scripts: Scripts,
+                 deadletters: DeadLetterLog, prompts: PromptChannel):
+        self.client, self.keys, self.cfg, self.scripts = client, keys, cfg, scripts
+        self.deadletters, self.prompts = deadletters, prompts
+        self.queue: StreamQueue[Group] = StreamQueue(
+            client, keys.group_stream, keys, cfg, scripts, deadletters,
+            decode=lambda raw: decode_group(raw, cfg.max_message_bytes),
+            gauge="groups_unconsumed", rejected_counter="groups_deadlettered")
+        self._in_flight: dict[str, str] = {}   # group_id -> entry id handed out here, not yet ACKed
+        self._lock = threading.Lock()
+
+    # ---- producer side
+    def put(self, group: Group, prompt_entry_id: str | None = None) -> str:
+        """Store a group and ACK its prompt atomically; waits for room. '' if not stored.
+
+        Not stored: the prompt was already answered (duplicate, dropped) or the payload exceeds
+        ``max_message_bytes`` (dead-lettered, and the prompt ACKed so it is not generated again).
+        """
+        with encoded_group(group) as payload:
+            return self._put(group, payload, prompt_entry_id)
+
+    def _put(self, group: Group, payload: memoryview, prompt_entry_id: str | None) -> str:
+        if len(payload) > self.cfg.max_message_bytes:
+            pipe = self.client.pipeline(transaction=True)
+            self.deadletters.add(pipe, "put_group", "oversize", payload,
+                                 f"group {group.group_id}: {len(payload)} bytes > {self.cfg.max_message_bytes}")
+            if prompt_entry_id:
+                self.prompts.ack_rejected(pipe, prompt_entry_id)
+            pipe.execute()
+            return ""
+        keys = [self.keys.groups, self.keys.counters, self.keys.prompts, self.keys.prompt_stream.acked]
+        args = [payload, self.cfg.max_unconsumed_groups, prompt_entry_id or "", PROMPT_READERS]
+        start = last_touch = time.monotonic()
+        delay = 0.005
+        while True:
+            status, entry_id = self.scripts.put_group(keys=keys, args=args)   # atomic: room, ACK, XADD
+            if status == 1:
+                return entry_id.decode()
+            if status == 2:
+                return ""
+            now = time.monotonic()
+            if now - start > self.cfg.backpressure_timeout_s:
+                raise BackpressureTimeout(
+                    f"{self.keys.groups}: {self.cfg.max_unconsumed_groups} groups written and not yet "
+                    f"consumed (max_unconsumed_groups) for {self.cfg.backpressure_timeout_s:.0f} s "
+                    f"(backpressure_timeout_s): is the learner running?")
+            if prompt_entry_id and now - last_touch > self.cfg.reclaim_idle_ms / 3000:
+                # waiting is not dying: keep the prompt from being reclaimed by another actor
+                self.prompts.touch(group.actor_id, [prompt_entry_id])
+                last_touch = now
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    # ---- learner side
+    def take(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, Group]]:
+        return self._accept(self.queue.read_new(consumer, count, block_ms))
+
+    def pending(self, consumer: str) -> list[tuple[str, Group]]:
+        return self._accept(self.queue.read_own_pending(consumer))
+
+    def reclaim(self, consumer: str, min_idle_ms: int | None = None,
+                count: int | None = None) -> list[tuple[str, Group]]:
+        idle = self.cfg.reclaim_idle_ms if min_idle_ms is None else min_idle_ms
+        entries = self.queue.reclaim(consumer, idle, count or self.cfg.max_unconsumed_groups, full_scan=True)
+        return self._accept(entries)
+
+    def ack(self, entry_ids: list[str], group_ids: list[str]) -> int:
+        """XACK + mark consumed + decrement the unconsumed gauge, atomically; returns effective ACKs."""
+        if len(entry_ids) != len(group_ids):
+            raise ValueError(f"{len(entry_ids)} entry ids vs {len(group_ids)} group ids")
+        if not entry_ids:
+            return 0
+        n = int(self.queue.ack(self.client, [(e, g, "groups_consumed") for e, g in zip(entry_ids, group_ids)]))
+        with self._lock:
+            for gid in group_ids:
+                self._in_flight.pop(gid, None)
+        return n
+
+    def is_consumed(self, group_id: str) -> bool:
+        return bool(self.client.sismember(self.keys.consumed, group_id))
+
+    def _accept(self, entries: list[Entry]) -> list[tuple[str, Group]]:
+        """Validate; skip (ACK and count) groups already consumed or already handed out here."""
+        decoded = self.queue.decode_or_reject(entries)
+        if not decoded:
+            return []
+        seen = self.client.smismember(self.keys.consumed, [g.group_id for _, g in decoded])
+        out, duplicates = [], []
+        with self._lock:
+            for (entry_id, group), consumed in zip(decoded, seen):
+                other = self._in_flight.get(group.group_id)
+                if consumed or (other is not None and other != entry_id):
+                    duplicates.append(entry_id)
+                else:
+                    self._in_flight[group.group_id] = entry_id
+                    out.append((entry_id, group))
+        if duplicates:
+            self.queue.ack(self.client, [(e, "", "groups_duplicate_skipped") for e in duplicates])
+        return out

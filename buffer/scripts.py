@@ -1,0 +1,110 @@
+"""Server-side Lua scripts: the buffer's few read-modify-write steps, each one atomic.
+
+Why Lua rather than MULTI: these steps branch on a result inside the transaction (was the XACK
+effective? is there room? is the version newer?), which MULTI cannot do. A script runs
+atomically like MULTI/EXEC and is persisted to the AOF by its effects.
+
+Entry-id scores. The ``acked`` ZSETs score a stream id ``ms-seq`` as ``ms * 1000 + min(seq, 999)``:
+exact in a double (ms ~ 1.8e12 -> 1.8e15 < 2**53) and ordered like the ids (ties only past 999
+entries in one millisecond, which only blur which of those is trimmed first).
+"""
+
+from __future__ import annotations
+
+import redis
+
+_SCORE = """
+local function score(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms) * 1000 + math.min(tonumber(seq), 999)
+end
+"""
+
+# KEYS: groups stream, counters hash, prompts stream, prompts acked zset
+# ARGV: payload, max_unconsumed, prompt entry id ('' = none), prompts consumer group
+# -> {1, id} stored | {0, ''} full (retry later) | {2, ''} duplicate: the prompt was already answered
+# The payload goes through ARGV: measured (bench/buffer_throughput.py) cheaper in client+server
+# CPU than MULTI{XADD; EVAL} with a redis-py pipeline, and the room check becomes exact.
+PUT_GROUP = _SCORE + """
+local unconsumed = tonumber(redis.call('HGET', KEYS[2], 'groups_unconsumed') or '0')
+if unconsumed >= tonumber(ARGV[2]) then return {0, ''} end
+if ARGV[3] ~= '' then
+  if redis.call('XACK', KEYS[3], ARGV[4], ARGV[3]) == 0 then
+    redis.call('HINCRBY', KEYS[2], 'groups_duplicate_dropped', 1)
+    return {2, ''}
+  end
+  redis.call('ZADD', KEYS[4], score(ARGV[3]), ARGV[3])
+end
+local id = redis.call('XADD', KEYS[1], '*', 'data', ARGV[1])
+redis.call('HINCRBY', KEYS[2], 'groups_unconsumed', 1)
+redis.call('HINCRBY', KEYS[2], 'groups_written', 1)
+return {1, id}
+"""
+
+# KEYS: stream, its acked zset, counters hash, consumed set
+# ARGV: consumer group, gauge field to decrement per effective ACK ('' = none),
+#       then triples (entry id, group id to mark consumed or '', counter field to bump or '')
+# Only an effective XACK (the entry was pending) moves the counters, so a retried or repeated
+# ACK never double-counts. -> number of effective ACKs
+ACK = _SCORE + """
+local n = 0
+for i = 3, #ARGV, 3 do
+  local id, gid, field = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
+    n = n + 1
+    redis.call('ZADD', KEYS[2], score(id), id)
+    if ARGV[2] ~= '' and redis.call('HINCRBY', KEYS[3], ARGV[2], -1) < 0 then
+      redis.call('HSET', KEYS[3], ARGV[2], 0)   -- an entry XADDed around put_group: stay >= 0
+    end
+    if field ~= '' then redis.call('HINCRBY', KEYS[3], field, 1) end
+  end
+  if gid ~= '' then redis.call('SADD', KEYS[4], gid) end
+end
+return n
+"""
+
+# KEYS: version hash, versions stream. ARGV: version, location, unix time, history maxlen
+# Refuses to go backwards; re-publishing the current version (a restarted learner) is allowed.
+PUBLISH_VERSION = """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+local new = tonumber(ARGV[1])
+if new < cur then
+  return redis.error_reply('LAGRL_VERSION_BACKWARDS ' .. ARGV[1] .. ' < current ' .. tostring(cur))
+end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'location', ARGV[2], 'time', ARGV[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'version', ARGV[1], 'location', ARGV[2],
+           'time', ARGV[3])
+return cur
+"""
+
+
+def id_score(entry_id: str) -> int:
+    """The Lua ``score`` in Python (for ZREMRANGEBYSCORE bounds)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms) * 1000 + min(int(seq or 0), 999)
+
+
+def id_key(entry_id: bytes | str) -> tuple[int, int]:
+    """Sort key of a stream id ("ms-seq")."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Scripts:
+    """The scripts registered on one client (redis-py loads them lazily, EVALSHA afterwards)."""
+
+    def __init__(self, client: redis.Redis):
+        self.put_group = client.register_script(PUT_GROUP)
+        self.ack = client.register_script(ACK)
+        self.publish_version = client.register_script(PUBLISH_VERSION)
+
+
+def queue_eval(pipe, source: str, keys: list, args: list) -> None:
+    """Queue a script on a MULTI pipeline as EVAL (source included), never EVALSHA.
+
+    Inside MULTI a NOSCRIPT error (script cache empty after a server restart) would fail the
+    script while the other queued commands still run; EVAL cannot hit it. Redis caches the
+    compiled script by its SHA, so only the few hundred bytes of source are re-sent.
+    """
+    pipe.eval(source, len(keys), *keys, *args)

@@ -1,0 +1,94 @@
+"""Policy versions and lag (DESIGN.md §3).
+
+Version v = number of optimizer updates the learner has applied. Only the learner writes it,
+together with where the weights of v can be fetched, in one atomic step that refuses to go
+backwards (a stale learner process must not roll the actors back).
+
+Admission: a prompt issued for learner step s may start only on weights of version
+``>= s * updates_per_step - max_lag``. Strict on-policy (updates_per_step=1, max_lag=0): the
+prompt of step s needs exactly the version the learner has when it trains step s, so lag is 0.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import redis
+
+from buffer.keys import RunKeys
+from buffer.queue import MAX_BLOCK_MS
+from buffer.schema import Group
+from buffer.scripts import Scripts
+
+VERSION_HISTORY_MAXLEN = 100_000
+
+
+def min_version_for_step(step: int, updates_per_step: int, max_lag: int) -> int:
+    """Version the actor's weights must have to start a prompt of ``step``."""
+    if step < 0 or updates_per_step < 1 or max_lag < 0:
+        raise ValueError(f"step={step} updates_per_step={updates_per_step} max_lag={max_lag}")
+    return max(0, step * updates_per_step - max_lag)
+
+
+def may_start(step: int, version: int, updates_per_step: int, max_lag: int) -> bool:
+    return version >= min_version_for_step(step, updates_per_step, max_lag)
+
+
+def group_lags(group: Group, learner_version: int) -> np.ndarray:
+    """(n,) int64: ``learner_version - version_start`` per response (the sampling policy's age)."""
+    return learner_version - np.fromiter((r.version_start for r in group.responses), dtype=np.int64,
+                                         count=len(group.responses))
+
+
+def lag_histogram(groups: list[Group], learner_version: int) -> dict[int, int]:
+    """lag -> number of responses, over ``groups``."""
+    if not groups:
+        return {}
+    lags = np.concatenate([group_lags(g, learner_version) for g in groups])
+    values, counts = np.unique(lags, return_counts=True)
+    return {int(v): int(c) for v, c in zip(values, counts)}
+
+
+class VersionStore:
+    """The run's ``version`` hash (version, location, time) and its history stream."""
+
+    def __init__(self, client: redis.Redis, keys: RunKeys, scripts: Scripts):
+        self.client, self.keys, self.scripts = client, keys, scripts
+
+    def get(self) -> tuple[int, str]:
+        version, location = self.client.hmget(self.keys.version, ["version", "location"])
+        return int(version or 0), (location or b"").decode()
+
+    def publish(self, version: int, location: str) -> None:
+        """Atomically set (version, location); ValueError if ``version`` < current."""
+        if version < 0:
+            raise ValueError(f"version {version} < 0")
+        try:
+            self.scripts.publish_version(keys=[self.keys.version, self.keys.versions],
+                                         args=[int(version), location, repr(time.time()),
+                                               VERSION_HISTORY_MAXLEN])
+        except redis.ResponseError as exc:
+            if "LAGRL_VERSION_BACKWARDS" in str(exc):
+                raise ValueError(f"refusing to publish version {version}: {exc}") from None
+            raise
+
+    def wait(self, at_least: int, timeout_s: float) -> int:
+        """Block until version >= ``at_least`` or the timeout; returns the version seen last.
+
+        Wakes on the history stream's XADD (no polling delay): read the version and the newest
+        history id together, then block for entries after that id.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(self.keys.version, "version")
+            pipe.xrevrange(self.keys.versions, count=1)
+            raw, last = pipe.execute()
+            version = int(raw or 0)
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if version >= at_least or remaining_ms <= 0:
+                return version
+            last_id = last[0][0] if last else b"0-0"
+            self.client.xread({self.keys.versions: last_id}, count=1,
+                              block=max(1, min(remaining_ms, MAX_BLOCK_MS)))

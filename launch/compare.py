@@ -1,0 +1,423 @@
+"""Plots of a run's metrics (the monitor notebook's figures) and the ablation comparison CLI.
+
+    python -m launch.compare --redis-url redis://:PASSWORD@127.0.0.1:PORT/0 --runs RUN_A RUN_B --out cmp/
+    python -m launch.compare --metrics-jsonl runs/RUN_A/metrics.jsonl runs/RUN_B/metrics.jsonl --out cmp/
+
+Writes ``cmp/compare.png`` (entropy/mean, and reward/accuracy with eval accuracy when present, vs
+step; one line per run, labelled ``run_id (preset)``) and ``cmp/compare.csv`` (long format: run,
+step, metric, value; every numeric scalar metric of every row), then prints both paths.
+
+Every ``plot_*`` function draws on a given matplotlib axis, returns the number of points it drew,
+and writes a "no data" note instead of failing when the run has not logged that metric (yet).
+pandas and matplotlib are imported inside the functions so ``--help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+STEP = "step"
+ENTROPY_KEYS = ("entropy/mean",)
+REWARD_KEYS = ("reward/mean", "reward/accuracy")
+EVAL_KEYS = ("eval/accuracy", "eval/avg@n")
+COMPARE_PANELS = (("entropy/mean", ENTROPY_KEYS), ("reward/accuracy", ("reward/accuracy",) + EVAL_KEYS))
+
+
+# ---------------------------------------------------------------- loading
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a metrics JSONL file; a torn last line (the run is still writing) is skipped."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def jsonl_label(path: str | Path) -> str:
+    """``run_id (preset)`` for ``<run_dir>/metrics.jsonl`` when a saved config names them, else the dir name."""
+    path = Path(path)
+    run_dir = path.parent if path.name == "metrics.jsonl" else None
+    if run_dir is None:
+        return path.stem
+    for name in ("config.json", "run_config.json", "resolved_config.json"):
+        try:
+            cfg = json.loads((run_dir / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(cfg, dict):
+            return _label(str(cfg.get("run_id") or run_dir.name), cfg.get("preset"))
+    return run_dir.name
+
+
+def _label(run_id: str, preset: Any) -> str:
+    return f"{run_id} ({preset})" if preset and str(preset) != run_id else run_id
+
+
+def metrics_frame(rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """One row per metrics entry, sorted by step; dict-valued metrics (``lag/hist``) stay objects.
+
+    Scalars are made numeric where they can be (msgpack/JSON None -> NaN); the ``schema`` stamp and
+    a stream entry ``id`` are kept out of the metrics.
+    """
+    import pandas as pd
+
+    df = pd.DataFrame([{k: v for k, v in row.items() if k != "schema"} for row in rows])
+    if df.empty:
+        return pd.DataFrame({STEP: pd.Series(dtype=float)})
+    for col in df.columns:
+        if col in ("mode", "id") or df[col].map(lambda v: isinstance(v, (dict, list))).any():
+            continue
+        converted = pd.to_numeric(df[col], errors="coerce")
+        if converted.notna().sum() >= df[col].notna().sum():   # only when nothing numeric-looking was lost
+            df[col] = converted
+    if STEP not in df.columns:
+        df[STEP] = range(len(df))
+    df[STEP] = pd.to_numeric(df[STEP], errors="coerce")
+    return df.sort_values(STEP, kind="stable").reset_index(drop=True)
+
+
+def numeric_metrics(df: pd.DataFrame) -> list[str]:
+    """Columns holding numeric scalar metrics (not step, not dicts or strings)."""
+    import pandas as pd
+
+    return [c for c in df.columns if c != STEP and pd.api.types.is_numeric_dtype(df[c])
+            and not pd.api.types.is_bool_dtype(df[c])]
+
+
+def long_frame(frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """``run, step, metric, value`` for every numeric scalar metric of every run (NaNs dropped)."""
+    import pandas as pd
+
+    parts = []
+    for run, df in frames.items():
+        cols = numeric_metrics(df)
+        if not cols or df.empty:
+            continue
+        part = df[[STEP] + cols].melt(id_vars=STEP, var_name="metric", value_name="value").dropna()
+        part.insert(0, "run", run)
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame(columns=["run", STEP, "metric", "value"])
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["run", "metric", STEP], kind="stable").reset_index(drop=True)
+
+
+def lag_hist(df: pd.DataFrame, key: str = "lag/hist") -> tuple[dict[int, float], dict[int, float]]:
+    """(latest step's histogram, cumulative histogram over all steps), lag -> count."""
+    if key not in df.columns:
+        return {}, {}
+    hists = [_int_keys(h) for h in df[key] if isinstance(h, (dict, list)) and h]
+    total: Counter = Counter()
+    for h in hists:
+        total.update(h)
+    return (hists[-1] if hists else {}), dict(total)
+
+
+def _int_keys(h: dict | list) -> dict[int, float]:
+    """{lag: n} with int or str keys (JSON makes them strings), or [n_at_lag0, n_at_lag1, ...]."""
+    items = h.items() if isinstance(h, dict) else ((i, n) for i, n in enumerate(h) if n)
+    out = {}
+    for k, v in items:
+        try:
+            out[int(k)] = float(v)          # JSON turns the int keys into strings
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+# ---------------------------------------------------------------- plots (one axis each)
+def _no_data(ax: Axes, title: str, keys: Iterable[str]) -> int:
+    ax.set_title(title, fontsize=9)
+    ax.text(0.5, 0.5, "no data yet:\n" + "\n".join(keys), ha="center", va="center",
+            transform=ax.transAxes, fontsize=8, color="gray")
+    return 0
+
+
+def _line(ax: Axes, df: pd.DataFrame, key: str, **style) -> int:
+    """``key`` vs step (dashed with markers for ``eval/*``); returns the points drawn."""
+    import pandas as pd
+
+    if key not in df.columns:
+        return 0
+    s = df[[STEP, key]].apply(pd.to_numeric, errors="coerce").dropna()
+    if s.empty:
+        return 0
+    is_eval = key.startswith("eval/")
+    style = {"linestyle": "--" if is_eval else "-", "marker": "o" if is_eval or len(s) == 1 else None,
+             "markersize": 4, "label": key, **style}
+    ax.plot(s[STEP], s[key], **style)
+    return len(s)
+
+
+def _finish(ax: Axes, title: str, drawn: int, keys: Iterable[str], size: int = 9) -> int:
+    if not drawn:
+        return _no_data(ax, title, keys)
+    ax.set_title(title, fontsize=size)
+    ax.set_xlabel(STEP, fontsize=size - 1)
+    ax.tick_params(labelsize=size - 2)
+    ax.legend(fontsize=7)
+    return drawn
+
+
+def plot_series(ax: Axes, df: pd.DataFrame, keys: Iterable[str], title: str) -> int:
+    """Each present key as a line vs step; returns the number of points drawn."""
+    keys = list(keys)
+    return _finish(ax, title, sum(_line(ax, df, key) for key in keys), keys)
+
+
+def plot_entropy(ax: Axes, df: pd.DataFrame) -> int:
+    """entropy/mean (left axis) and the entropy coefficient alpha (right axis) vs step."""
+    n = plot_series(ax, df, ENTROPY_KEYS, "entropy")
+    if n and "entropy/coef" in df.columns:
+        twin = ax.twinx()
+        coef = _line(twin, df, "entropy/coef", color="tab:red", linewidth=1)
+        if coef:
+            twin.tick_params(labelsize=7, colors="tab:red")
+            twin.legend(fontsize=7, loc="lower right")
+        n += coef
+    return n
+
+
+def plot_reward(ax: Axes, df: pd.DataFrame) -> int:
+    return plot_series(ax, df, REWARD_KEYS + EVAL_KEYS, "reward / accuracy")
+
+
+def plot_length(ax: Axes, df: pd.DataFrame) -> int:
+    return plot_series(ax, df, ("length/mean", "length/max"), "response length (tokens)")
+
+
+def plot_lag(ax: Axes, df: pd.DataFrame) -> int:
+    return plot_series(ax, df, ("lag/mean", "lag/max"), "policy lag")
+
+
+def plot_clip(ax: Axes, df: pd.DataFrame) -> int:
+    return plot_series(ax, df, ("clip/low_frac", "clip/high_frac"), "clipped token fraction")
+
+
+def plot_trained_throughput(ax: Axes, df: pd.DataFrame) -> int:
+    keys = sorted(c for c in df.columns if c.startswith("tokens/") and c.endswith("_per_s"))
+    return plot_series(ax, df, keys or ["tokens/trained_per_s"], "learner tokens/s")
+
+
+def plot_lag_hist(ax: Axes, df: pd.DataFrame) -> int:
+    """Lag histogram of the latest step and cumulative over the run (fractions, side by side)."""
+    latest, total = lag_hist(df)
+    if not total:
+        return _no_data(ax, "lag histogram", ["lag/hist"])
+    width = 0.4
+    for offset, hist, name in ((-width / 2, latest, "latest step"), (width / 2, total, "cumulative")):
+        mass = sum(hist.values()) or 1.0
+        lags = sorted(hist)
+        ax.bar([lag + offset for lag in lags], [hist[lag] / mass for lag in lags], width=width, label=name)
+    ax.set_title("lag histogram", fontsize=9)
+    ax.set_xlabel("lag (versions)", fontsize=8)
+    ax.set_ylabel("fraction", fontsize=8)
+    ax.set_xticks(sorted(total))
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7)
+    return len(total)
+
+
+def plot_actor_throughput(ax: Axes, actors: dict[str, dict[str, Any]], now: float | None = None) -> int:
+    """Bar per actor: generated tokens/s from its last heartbeat, labelled with version and age."""
+    import time
+
+    items = sorted((str(a), s) for a, s in (actors or {}).items() if isinstance(s, dict))
+    bars = [(a, float(s["tokens_per_s"]), s) for a, s in items if _finite(s.get("tokens_per_s"))]
+    if not bars:
+        return _no_data(ax, "actor tokens/s", ["actors: tokens_per_s"])
+    now = time.time() if now is None else now
+    names = []
+    for a, _, s in bars:
+        age_s = float(s["age_s"]) if _finite(s.get("age_s")) else \
+            now - float(s["time"]) if _finite(s.get("time")) else None
+        age = f", {age_s:.0f}s ago" if age_s is not None else ""
+        err = " ERR" if s.get("last_error") else ""
+        names.append(f"{a}\nv{s.get('version', '?')}{age}{err}")
+    ax.bar(range(len(bars)), [b[1] for b in bars], color="tab:green")
+    ax.set_xticks(range(len(bars)), names, fontsize=7)
+    ax.set_title("actor tokens/s (heartbeats)", fontsize=9)
+    ax.tick_params(labelsize=7)
+    return len(bars)
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return v is not None and not isinstance(v, bool) and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- samples
+class _IdsOnly:
+    """Stands in for a tokenizer that cannot be loaded here: responses are shown as token ids."""
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> None:
+        return None
+
+
+def sample_rows(mon, n_groups: int = 3, max_chars: int = 300) -> list[dict[str, Any]]:
+    """The best- and worst-rewarded response of each of the ``n_groups`` newest groups, as text.
+
+    ``mon`` is a :class:`buffer.monitor.Monitor`; if the tokenizer named in the run's meta cannot
+    be loaded on this machine, responses are shown as (the first 32) token ids instead.
+    """
+    from buffer.monitor import TOKENIZER_META_KEYS
+
+    meta = mon.meta()
+    path = next((str(meta[k]) for k in TOKENIZER_META_KEYS if meta.get(k)), None)
+    tokenizer = None                       # the monitor loads the meta's tokenizer
+    if path and path.startswith(("/", ".", "~")) and not Path(path).expanduser().exists():
+        print(f"note: tokenizer {path} is not on this machine; showing token ids")
+        tokenizer = _IdsOnly()             # a local path elsewhere: do not try (nor import transformers)
+    try:
+        groups = mon.recent_groups(n_groups, tokenizer=tokenizer)
+    except Exception as exc:  # unloadable tokenizer files, a hub id without network, ...
+        print(f"note: tokenizer unavailable ({type(exc).__name__}: {exc}); showing token ids")
+        groups = mon.recent_groups(n_groups, tokenizer=_IdsOnly())
+    rows = []
+    for g in groups:
+        ranked = sorted(g["responses"], key=lambda r: r["reward"], reverse=True)
+        for r in ranked[:1] + ranked[1:][-1:]:
+            text = r["text"] if r["text"] is not None else str(r["token_ids"][:32].tolist())
+            prompt = g["prompt"] if g["prompt"] is not None else str(g["prompt_ids"][:32].tolist())
+            rows.append({"step": g["step"], "actor": g["actor_id"], "prompt": prompt[-max_chars:],
+                         "answer": g["answer"][:max_chars], "response": text[:max_chars],
+                         "reward": r["reward"], "finish": r["finish_reason"], "length": r["length"],
+                         "version": r["version_start"]})
+    return rows
+
+
+# ---------------------------------------------------------------- comparison
+def plot_compare(frames: dict[str, pd.DataFrame], axes=None):
+    """Two panels (entropy/mean; reward/accuracy + eval accuracy) with one line per run."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    else:
+        fig = axes[0].figure
+    for ax, (title, keys) in zip(axes, COMPARE_PANELS):
+        drawn = sum(_line(ax, df, key, color=f"C{i % 10}", label=run if key == keys[0] else f"{run}: {key}")
+                    for i, (run, df) in enumerate(frames.items()) for key in keys)
+        _finish(ax, title + (" (dashed: eval)" if len(keys) > 1 else ""), drawn, keys, size=10)
+    fig.tight_layout()
+    return fig
+
+
+def write_compare(frames: dict[str, pd.DataFrame], out_dir: str | Path) -> tuple[Path, Path]:
+    """``out_dir/compare.png`` and ``out_dir/compare.csv`` for the given runs."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png, csv = out_dir / "compare.png", out_dir / "compare.csv"
+    fig = plot_compare(frames)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    long_frame(frames).to_csv(csv, index=False)
+    return png, csv
+
+
+def resolve_url(redis_url: str | None, run_dir: str | Path | None = None) -> str:
+    """``redis_url``, or the embedded server's URL recorded in ``<run_dir>/redis.json``."""
+    if run_dir:
+        rec = json.loads((Path(run_dir) / "redis.json").read_text())
+        return f"redis://:{rec['password']}@{rec.get('host', '127.0.0.1')}:{rec['port']}/0"
+    if not redis_url:
+        raise ValueError("no Redis URL: set REDIS_URL (LAGRL_REDIS_URL) or RUN_DIR")
+    return redis_url
+
+
+def newest_run(url: str) -> str:
+    """The run on the server that was written to last (newest metrics/groups/prompts entry id)."""
+    from buffer.keys import RunKeys
+    from buffer.monitor import list_runs, read_only_client
+
+    client = read_only_client(url)
+    runs = list_runs(client)
+    if not runs:
+        raise LookupError(f"no runs on {url.split('@')[-1]}")
+
+    def last_ms(run_id: str) -> int:
+        keys = RunKeys(run_id)
+        last = (client.xrevrange(k, count=1) for k in (keys.metrics, keys.groups, keys.prompts))
+        ids = [entries[0][0] for entries in last if entries]
+        return max((int(i.split(b"-")[0]) for i in ids), default=0)
+
+    return max(runs, key=lambda r: (last_ms(r), r))
+
+
+def frames_from_redis(url: str, run_ids: list[str]) -> dict[str, pd.DataFrame]:
+    """Metrics of each run from a (live or finished) buffer, labelled ``run_id (preset)``."""
+    from buffer.monitor import Monitor
+
+    frames = {}
+    for run_id in run_ids:
+        mon = Monitor(url, run_id)
+        meta = mon.meta()
+        config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+        frames[_label(run_id, meta.get("preset") or config.get("preset"))] = metrics_frame(mon.metrics())
+    return frames
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--runs", nargs="+", metavar="RUN_ID", help="run ids on --redis-url")
+    src.add_argument("--metrics-jsonl", nargs="+", type=Path, metavar="FILE",
+                     help="per-run metrics files (<run_dir>/metrics.jsonl)")
+    ap.add_argument("--redis-url", help="buffer URL (with --runs); default: $LAGRL_REDIS_URL or $REDIS_URL")
+    ap.add_argument("--labels", nargs="+", help="legend labels, one per run (default: run id (preset))")
+    ap.add_argument("--out", type=Path, required=True, help="output directory")
+    args = ap.parse_args(argv)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    if args.runs:
+        import os
+
+        url = args.redis_url or os.environ.get("LAGRL_REDIS_URL") or os.environ.get("REDIS_URL")
+        if not url:
+            ap.error("--runs needs --redis-url (or LAGRL_REDIS_URL / REDIS_URL)")
+        frames = frames_from_redis(url, args.runs)
+    else:
+        frames = {}
+        for path in args.metrics_jsonl:
+            label = jsonl_label(path)
+            while label in frames:
+                label += "'"
+            frames[label] = metrics_frame(read_jsonl(path))
+    if args.labels:
+        if len(args.labels) != len(frames):
+            ap.error(f"--labels: {len(args.labels)} labels for {len(frames)} runs")
+        frames = dict(zip(args.labels, frames.values()))
+    for label, df in frames.items():
+        if df.empty:
+            print(f"warning: run {label!r} has no metrics rows", file=sys.stderr)
+    png, csv = write_compare(frames, args.out)
+    print(png)
+    print(csv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""notebooks/monitor.ipynb executes headless against a real buffer and draws every figure.
+
+A synthetic run is written through RunBuffer into an embedded redis-server (10 metrics rows, a few
+groups encoded with the tiny world's tokenizer, two actor heartbeats); the notebook runs with
+nbclient on a kernel spec pointing at this interpreter (works from a fresh clone with only the
+venv: nothing is registered in the user's Jupyter dirs).
+
+Against a real training run (skipped unless set):
+
+    LAGRL_MONITOR_RUN_DIR=runs/<run_id> pytest -m integration tests/integration/test_monitor_notebook.py
+    # or LAGRL_MONITOR_REDIS_URL=redis://:PW@127.0.0.1:PORT/0 [LAGRL_MONITOR_RUN_ID=<run_id>]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from buffer.schema import Group, Response
+from buffer.server import EmbeddedRedis
+from buffer.streams import RunBuffer
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "notebooks" / "monitor.ipynb"
+RUN_ID = "tiny-monitor-test"
+FIGURES = ("entropy", "reward", "length", "clip", "lag_hist", "lag", "actors", "trained", "samples")
+
+
+@pytest.fixture
+def kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A private kernel spec running this interpreter; Jupyter/IPython state kept in tmp."""
+    spec_dir = tmp_path / "jupyter" / "kernels" / "lagrl-venv"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "lagrl venv", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter-runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.delenv("MPLBACKEND", raising=False)     # the kernel's inline backend renders PNGs
+    for var in ("LAGRL_REDIS_URL", "LAGRL_RUN_ID", "LAGRL_RUN_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return "lagrl-venv"
+
+
+def run_notebook(kernel_name: str, env: dict[str, str], timeout_s: int = 180):
+    """Execute the notebook with ``env`` set; returns (executed notebook, summary dict)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)                   # the kernel inherits the environment at start
+    try:
+        NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s, startup_timeout=120,
+                       resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.output_type == "error"]
+    assert not errors, errors
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []) if o.output_type == "stream")
+    line = next(ln for ln in text.splitlines() if ln.startswith("MONITOR_SUMMARY "))
+    return nb, json.loads(line.removeprefix("MONITOR_SUMMARY "))
+
+
+def _pngs(nb) -> int:
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+               for o in c.get("outputs", []) if o.output_type == "display_data")
+
+
+def _metrics_row(step: int, rng: np.random.Generator) -> dict:
+    acc = min(1.0, 0.25 + 0.04 * step + rng.uniform(-0.03, 0.03))
+    row = {
+        "step": step, "version": step + 1, "mode": "off_policy",
+        "entropy/mean": 0.6 - 0.03 * step, "entropy/coef": 1e-4 * max(0, step - 4),
+        "reward/mean": acc, "reward/accuracy": acc, "length/mean": 9.0 + step * 0.2, "length/max": 16,
+        "truncation/rate": 0.05, "groups/zero_adv_dropped": int(rng.integers(0, 3)),
+        "lag/hist": {0: 40, 1: 20 + step, 2: 4}, "lag/mean": 0.6, "lag/max": 2, "lag/stale_dropped": 0,
+        "clip/low_frac": 0.01, "clip/high_frac": 0.02 + 0.001 * step, "ratio/mean": 1.0, "ratio/max": 1.4,
+        "grad/norm": np.float32(0.8), "lr": 1e-6, "tokens/trained_per_s": 900.0 + 10 * step,
+        "time/wait_data": 0.2, "time/train": 1.1, "time/weight_sync": 0.05,
+    }
+    if step % 5 == 4:
+        row["eval/accuracy"] = acc - 0.05
+    return row
+
+
+def _group(tok, i: int, actor_id: str, version: int) -> Group:
+    a, b = 3 + i, 30 + 2 * i
+    answers = [a + b, a + b, a + b + 1, a - b]
+    responses = []
+    for k, ans in enumerate(answers):
+        ids = np.asarray(tok.encode(f"\\boxed{{{ans}}}").ids, dtype=np.int32)
+        responses.append(Response(token_ids=ids, logprobs=np.full(ids.shape, -0.5, np.float32),
+                                  finish_reason="stop", version_start=version, version_end=version,
+                                  reward=float(ans == a + b),
+                                  reward_info={"reason": "ok" if ans == a + b else "wrong"}))
+    now = time.time()
+    return Group(group_id=f"g{i}", prompt_id=f"g{i}", data_source="tiny_arith", step=i,
+                 prompt_ids=np.asarray(tok.encode(f"Q: {a}+{b}\nA: ").ids, dtype=np.int32), answer=str(a + b),
+                 responses=responses, actor_id=actor_id, created_at=now - 1, finished_at=now)
+
+
+def test_monitor_notebook_synthetic_run(tmp_path: Path, tiny_world, kernel_env: str):
+    from tokenizers import Tokenizer
+
+    from launch import compare
+
+    tok = Tokenizer.from_file(str(tiny_world.model_dir / "tokenizer.json"))
+    rng = np.random.default_rng(0)
+    with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:
+        with RunBuffer.from_url(server.url, "older-run") as old:      # a second run on the server
+            old.set_meta(preset="baseline")
+            old.write_metrics({"step": 0, "entropy/mean": 0.5})
+        with RunBuffer.from_url(server.url, RUN_ID) as buf:
+            buf.set_meta(tokenizer_path=str(tiny_world.model_dir), preset="offpolicy_reuse4")
+            for i in range(4):
+                assert buf.put_group(_group(tok, i, f"actor-{i % 2}", version=i))
+            for step in range(10):
+                buf.write_metrics(_metrics_row(step, rng))
+            buf.publish_version(10, "synthetic://weights/10")
+            for k, tps in enumerate((1500.0, 1100.0)):
+                buf.heartbeat(f"actor-{k}", {"version": 9, "prompts_done": 20 + k, "tokens_per_s": tps,
+                                             "in_flight": 2, "last_error": None})
+            assert compare.newest_run(server.url) == RUN_ID
+            before = buf.client.dbsize(), buf.client.xlen(buf.keys.metrics), buf.client.xlen(buf.keys.groups)
+
+            t0 = time.monotonic()
+            nb, summary = run_notebook(kernel_env, {"LAGRL_REDIS_URL": server.url, "LAGRL_RUN_ID": RUN_ID})
+            elapsed = time.monotonic() - t0
+
+            after = buf.client.dbsize(), buf.client.xlen(buf.keys.metrics), buf.client.xlen(buf.keys.groups)
+    assert after == before, "the monitor must not write"
+    assert summary["run_id"] == RUN_ID and summary["rows"] == 10
+    assert all(summary[f] > 0 for f in FIGURES), summary
+    assert summary["entropy"] == 20 and summary["reward"] == 10 * 2 + 2   # + 2 eval points
+    assert summary["lag_hist"] == 3 and summary["actors"] == 2 and summary["samples"] == 3 * 2
+    assert _pngs(nb) == 4
+    html = "".join(o.get("data", {}).get("text/html", "") + o.get("data", {}).get("text/plain", "")
+                   for c in nb.cells for o in c.get("outputs", [])
+                   if o.output_type in ("display_data", "execute_result"))
+    assert "Q: 6+36" in html and "\\boxed{42}" in html and "\\boxed{-30}" in html  # newest group: best, worst
+    assert elapsed < 120, f"notebook took {elapsed:.0f} s"
+
+
+def test_monitor_notebook_bare_run(tmp_path: Path, kernel_env: str):
+    """A run that has logged almost nothing, with a tokenizer path from another machine: no crash."""
+    from buffer.samples import make_group
+
+    with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:
+        with RunBuffer.from_url(server.url, RUN_ID) as buf:
+            buf.set_meta(tokenizer_path=str(tmp_path / "elsewhere" / "model"))
+            buf.put_group(make_group("g0", n=3))
+            buf.write_metrics({"step": 0, "mode": "on_policy", "reward/mean": 0.25, "lag/hist": [8, 0, 1]})
+        nb, summary = run_notebook(kernel_env, {"LAGRL_REDIS_URL": server.url})   # RUN_ID: the only run
+    assert summary == {"run_id": RUN_ID, "rows": 1, "entropy": 0, "reward": 1, "length": 0, "clip": 0,
+                       "lag_hist": 2, "lag": 0, "actors": 0, "trained": 0, "samples": 2}
+    assert _pngs(nb) == 4
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
+    assert "is not on this machine; showing token ids" in text
+
+
+def test_compare_cli_from_redis(tmp_path: Path, capsys: pytest.CaptureFixture):
+    """``python -m launch.compare --redis-url URL --runs A B``: labels carry the preset from meta."""
+    import csv
+
+    from launch import compare
+
+    rng = np.random.default_rng(1)
+    with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:
+        assert compare.resolve_url(None, tmp_path / "run") == server.url      # from redis.json
+        for run_id, preset, steps in (("run-a", "onpolicy", 6), ("run-b", "offpolicy_reuse4", 4)):
+            with RunBuffer.from_url(server.url, run_id) as buf:
+                buf.set_meta(preset=preset)
+                for step in range(steps):
+                    buf.write_metrics(_metrics_row(step, rng))
+        compare.main(["--redis-url", server.url, "--runs", "run-a", "run-b", "--out", str(tmp_path / "cmp")])
+    out = tmp_path / "cmp"
+    assert capsys.readouterr().out.split() == [str(out / "compare.png"), str(out / "compare.csv")]
+    with open(tmp_path / "cmp" / "compare.csv") as f:
+        rows = list(csv.DictReader(f))
+    ent = {(r["run"], int(float(r["step"]))) for r in rows if r["metric"] == "entropy/mean"}
+    assert ent == {("run-a (onpolicy)", s) for s in range(6)} | {("run-b (offpolicy_reuse4)", s) for s in range(4)}
+    assert sum(r["metric"] == "eval/accuracy" for r in rows) == 1                 # run-a step 4
+
+
+@pytest.mark.skipif(not (os.environ.get("LAGRL_MONITOR_REDIS_URL") or os.environ.get("LAGRL_MONITOR_RUN_DIR")),
+                    reason="set LAGRL_MONITOR_REDIS_URL or LAGRL_MONITOR_RUN_DIR to check a real run")
+def test_monitor_notebook_real_run(kernel_env: str):
+    env = {"LAGRL_REDIS_URL": os.environ.get("LAGRL_MONITOR_REDIS_URL", ""),
+           "LAGRL_RUN_DIR": os.environ.get("LAGRL_MONITOR_RUN_DIR", ""),
+           "LAGRL_RUN_ID": os.environ.get("LAGRL_MONITOR_RUN_ID", "")}
+    nb, summary = run_notebook(kernel_env, {k: v for k, v in env.items() if v})
+    assert summary["rows"] > 0, summary
+    assert summary["entropy"] > 0 and summary["reward"] > 0, summary
+    assert _pngs(nb) == 4
