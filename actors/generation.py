@@ -33,6 +33,7 @@ from buffer.schema import Group, PromptMsg, Response
 
 @dataclass
 class _InFlight:
+    buffer: object            # the RunBuffer the prompt came from (training or evaluation)
     entry_id: str
     prompt: PromptMsg
     version_start: int
@@ -41,9 +42,15 @@ class _InFlight:
 
 @dataclass
 class _Scoring:
+    buffer: object
     entry_id: str
     group: Group
     future: Future
+
+
+def eval_run_id(run_id: str) -> str:
+    """Held-out evaluation prompts live in their own namespace, so their groups never reach the learner."""
+    return f"{run_id}.eval"
 
 
 @dataclass
@@ -66,6 +73,7 @@ class GenerationActorImpl:
 
         self.actor_id, self.cfg = actor_id, cfg
         self.buffer = RunBuffer.from_url(redis_url, run_id)
+        self.eval_buffer = RunBuffer.from_url(redis_url, eval_run_id(run_id))
         self.transport = transport or RayObjectStoreTransport(run_id)
         self.scorer = reward_scorer
         index = int(actor_id.rsplit("-", 1)[-1]) if actor_id[-1].isdigit() else 0
@@ -155,19 +163,21 @@ class GenerationActorImpl:
         if room <= 0:
             return
         idle = not self._in_flight and not self._scoring
-        taken = self.buffer.take_prompts(self.actor_id, count=room,
-                                         block_ms=self.cfg.idle_poll_ms if idle else 0)
-        for entry_id, prompt in taken:
+        # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver), never blocking.
+        taken = [(self.eval_buffer, e, p) for e, p in self.eval_buffer.take_prompts(self.actor_id, room, 0)]
+        taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(
+            self.actor_id, count=room - len(taken), block_ms=self.cfg.idle_poll_ms if idle and not taken else 0)]
+        for buffer, entry_id, prompt in taken:
             if prompt.min_version > self.version:
                 self._wait_for_version(prompt.min_version)
-            self._start(entry_id, prompt)
+            self._start(buffer, entry_id, prompt)
 
     def _wait_for_version(self, at_least: int) -> None:
         """The feeder only releases a prompt once its version is published, so this is short."""
         while self.sync_weights() < at_least and not self._stop.is_set():
             self.buffer.wait_for_version(at_least, timeout_s=1.0)
 
-    def _start(self, entry_id: str, prompt: PromptMsg) -> None:
+    def _start(self, buffer, entry_id: str, prompt: PromptMsg) -> None:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -177,7 +187,7 @@ class GenerationActorImpl:
                                 output_kind=RequestOutputKind.FINAL_ONLY)
         request_id = f"{prompt.prompt_id}@{self.actor_id}"
         self.engine.add_request(request_id, {"prompt_token_ids": prompt.prompt_ids.tolist()}, params)
-        self._in_flight[request_id] = _InFlight(entry_id, prompt, self.version, time.time())
+        self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, time.time())
 
     def _finish(self, out) -> None:
         job = self._in_flight.pop(out.request_id)
@@ -196,12 +206,12 @@ class GenerationActorImpl:
                       finished_at=time.time())
         texts = [c.text for c in out.outputs]
         future = self._pool.submit(self._score, texts, p.answer, p.data_source)
-        self._scoring.append(_Scoring(job.entry_id, group, future))
+        self._scoring.append(_Scoring(job.buffer, job.entry_id, group, future))
 
     def _score(self, texts: list[str], answer: str, data_source: str) -> list:
-        if self.scorer is None:
-            from rewards.math_reward import score_math_group
-            return score_math_group(texts, answer)
+        if self.scorer is None:   # in-process scoring (tests, single-process tools)
+            from rewards.scoring import score_group
+            return score_group(texts, answer, data_source)
         return self.scorer.score(texts, answer, data_source)
 
     def _flush_scored(self, block: bool) -> None:
@@ -213,7 +223,7 @@ class GenerationActorImpl:
             for resp, result in zip(job.group.responses, job.future.result()):
                 resp.reward = float(result.reward)
                 resp.reward_info = {"reason": result.reason, "extracted": result.extracted}
-            self.buffer.put_group(job.group, job.entry_id)
+            job.buffer.put_group(job.group, job.entry_id)
             self.stats.prompts_done += 1
         self._scoring = remaining
 
@@ -230,9 +240,10 @@ class GenerationActorImpl:
             self._last_beat = now
             self.buffer.heartbeat(self.actor_id, self.status())
             # Working is not dying: reset the idle time of our prompts so no other actor reclaims them.
-            held = [j.entry_id for j in self._in_flight.values()] + [j.entry_id for j in self._scoring]
-            if held:
-                self.buffer.touch_prompts(self.actor_id, held)
+            for buffer in (self.buffer, self.eval_buffer):
+                held = [j.entry_id for j in [*self._in_flight.values(), *self._scoring] if j.buffer is buffer]
+                if held:
+                    buffer.touch_prompts(self.actor_id, held)
 
 
 GenerationActor = ray.remote(GenerationActorImpl)

@@ -38,7 +38,8 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
+        # address="local": never attach to a cluster found via RAY_ADDRESS or /tmp/ray.
+        ray.init(address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
                  log_to_driver=True, configure_logging=False,
                  runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     yield ray

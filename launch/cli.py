@@ -1,0 +1,47 @@
+"""Command line shared by the entry scripts: preset -> --tiny -> overrides -> print/save -> run.
+
+Heavy modules (Ray, vLLM, DeepSpeed) are imported only after the config is resolved, so
+`--help`, `--print-config` and config errors are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP_EPILOG = """\
+Overrides: any config field as --section.field VALUE, e.g.
+  --steps 50 --learner.lr 1e-6 --learner.entropy.type fixed --learner.entropy.coef 1e-3
+  --actors.num_actors 4 --data.model_dir /models/qwen --data.train_path data/math.jsonl
+Environment: RAY_ADDRESS (join a cluster; set by `ray job submit`), REDIS_URL (external Redis).
+"""
+
+
+def build_config(argv: list[str], default_preset: str):
+    from launch.overrides import ConfigError, apply_overrides, split_overrides
+    from launch.presets import PRESETS, get_preset, scale_to_tiny
+
+    ap = argparse.ArgumentParser(description=f"lagrl run (default preset: {default_preset})",
+                                 epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default=default_preset, choices=sorted(PRESETS), metavar="NAME",
+                    help=f"named preset; one of: {', '.join(sorted(PRESETS))}")
+    ap.add_argument("--tiny", action="store_true", help="scale to the tiny CPU world (same ratios)")
+    ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    args, rest = ap.parse_known_args(argv)
+    try:
+        cfg = get_preset(args.preset)
+        if args.tiny:
+            cfg = scale_to_tiny(cfg)
+        cfg = apply_overrides(cfg, split_overrides(rest))
+    except (ConfigError, ValueError, KeyError) as exc:
+        ap.exit(2, f"error: {exc}\n")
+    return cfg, args.print_config
+
+
+def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> None:
+    cfg, print_only = build_config(sys.argv[1:] if argv is None else argv, default_preset)
+    print(cfg.model_dump_json(indent=2), flush=True)
+    if print_only:
+        return
+    from launch.driver import run
+    run(cfg)

@@ -1,0 +1,222 @@
+"""The run driver: wires Ray, Redis, reward workers, generation actors, the learner and the feeder.
+
+    python launch/onpolicy.py --tiny                         # local Ray + private redis-server
+    RAY_ADDRESS=... REDIS_URL=... python launch/onpolicy.py --data.model_dir ... --data.train_path ...
+
+Under `ray job submit` RAY_ADDRESS is set and the driver joins that cluster; run plainly it starts a
+local Ray bound to 127.0.0.1. With no REDIS_URL it starts (or, after a crash, re-attaches to) a
+private redis-server in the run directory. Everything it started is stopped on completion,
+Ctrl-C or `ray job stop` (SIGTERM); the Redis data stays on disk (AOF) for the notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launch.config import RunConfig
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_path: Path
+    redis_url: str
+    metrics: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _init_ray(cfg: RunConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": str(cfg.actors.cpu_kv_cache_gib)}
+    if os.environ.get("RAY_ADDRESS"):
+        # Under `ray job submit` the job's own env_vars are already in our environment; Ray refuses to
+        # merge a driver runtime_env that names the same keys, so the job's values win.
+        env = {k: v for k, v in env.items() if k not in os.environ}
+        ray.init(runtime_env={"env_vars": env} if env else None)
+        return
+    needed = cfg.actors.num_actors * cfg.actors.num_cpus + cfg.learner.num_ranks * cfg.learner.cpus_per_rank + 2
+    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), include_dashboard=False,
+             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env})
+
+
+def _stage_schedule(cfg: RunConfig):
+    """step -> (stage index, response budget) for the multi-stage context schedule."""
+    bounds, start = [], 0
+    for i, stage in enumerate(cfg.data.stages):
+        end = start + stage.steps if stage.steps else None
+        bounds.append((start, end, i, stage.max_tokens))
+        start = end if end is not None else start
+    def at(step: int) -> tuple[int, int]:
+        for lo, hi, i, tokens in bounds:
+            if step >= lo and (hi is None or step < hi):
+                return i, tokens
+        return bounds[-1][2], bounds[-1][3]
+    return at
+
+
+class _Stop:
+    """SIGTERM (ray job stop) and SIGINT end the run cleanly between learner steps."""
+
+    def __init__(self):
+        self.requested = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.requested:               # second signal: stop waiting for a clean shutdown
+            raise KeyboardInterrupt
+        self.requested = True
+        print(f"\n[driver] signal {signum}: finishing the current step, then shutting down", flush=True)
+
+
+def run(cfg: RunConfig) -> RunResult:
+    import ray
+    from transformers import AutoTokenizer
+
+    from actors.factory import create_generation_actors, fan_out, start_loops
+    from actors.weight_sync import make_transport
+    from buffer import RunBuffer, open_buffer_server
+    from launch.data import PromptRenderer, load_problems
+    from launch.evaluation import Evaluator
+    from launch.feeder import PromptFeeder
+    from launch.progress import Progress
+    from launch.prompt_stats import PromptStats
+    from learner.loop import Learner
+    from rewards.workers import RewardPool
+
+    started = time.monotonic()
+    run_path = cfg.path.resolve()
+    run_path.mkdir(parents=True, exist_ok=True)
+    (run_path / "config.json").write_text(cfg.model_dump_json(indent=2))
+    model_dir, train_path, eval_path, template = _resolve_data(cfg)
+
+    _init_ray(cfg)
+    url, server = open_buffer_server(cfg.buffer, run_path)
+    buffer = RunBuffer.from_url(url, cfg.run_id, cfg.buffer)
+    buffer.set_meta(config=cfg.model_dump_json(), preset=cfg.preset, model_dir=model_dir,
+                    tokenizer_path=model_dir, run_path=str(run_path), started=time.time())
+    (run_path / "redis_url.txt").write_text(url + "\n")
+    print(f"[driver] run {cfg.run_id} in {run_path}; redis {url.split('@')[-1]}; "
+          f"ray {ray.get_runtime_context().gcs_address}", flush=True)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    renderer = PromptRenderer(tokenizer, cfg.data.chat_template, template)
+    problems = load_problems(train_path, cfg.data.prompt_key, cfg.data.answer_key)
+    stage_at = _stage_schedule(cfg)
+    result = RunResult(cfg.run_id, run_path, url)
+    stop = _Stop()
+    pool = actors = loops = feeder = learner = None
+    try:
+        pool = RewardPool(cfg=cfg.rewards)
+        lc = cfg.learner.model_copy(update={"max_response_tokens": stage_at(0)[1]})
+        learner = Learner.from_url(lc, buffer_url=url, run_id=cfg.run_id, model_dir=model_dir,
+                                   run_dir=run_path, transport=make_transport(cfg.actors.weight_transport, cfg.run_id))
+        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, reward_scorer=pool)
+        loops = start_loops(actors)
+        feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=lc.rollout_batch, n_sgd=lc.n_sgd,
+                              max_lag=lc.max_lag, group_size=cfg.actors.group_size,
+                              max_model_len=cfg.actors.max_model_len, stage_tokens=stage_at,
+                              seed=cfg.data.shuffle_seed)
+        stats = PromptStats(buffer)
+        evaluator = None
+        if eval_path:
+            evaluator = Evaluator(url, cfg.run_id, load_problems(eval_path, cfg.data.prompt_key, cfg.data.answer_key),
+                                  renderer, n=cfg.data.eval_n, max_tokens=stage_at(0)[1],
+                                  max_problems=cfg.data.eval_max_problems)
+            result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
+        feeder.start()
+        progress = Progress(cfg.steps, start_step=learner.steps_done)
+        stage = stage_at(learner.steps_done)[0]
+        while learner.steps_done < cfg.steps and not stop.requested:
+            if cfg.max_wall_s and time.monotonic() - started > cfg.max_wall_s:
+                print(f"[driver] max_wall_s={cfg.max_wall_s} reached", flush=True)
+                break
+            new_stage, tokens = stage_at(learner.steps_done)
+            if new_stage != stage:
+                stage = new_stage
+                learner.cfg.max_response_tokens = tokens
+                if cfg.data.online_filter:
+                    solved = stats.update().solved()
+                    feeder.mark_solved(solved)
+                    print(f"[driver] stage {stage}: response budget {tokens}; filtered {len(solved)} solved prompts", flush=True)
+            metrics = learner.step()
+            stats.update()
+            result.metrics.append(metrics)
+            _append_jsonl(run_path / "metrics.jsonl", metrics)
+            print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
+            if evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0:
+                result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
+        if evaluator and (not result.evals or result.evals[-1]["step"] != learner.steps_done):
+            result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
+    finally:
+        _shutdown(feeder, actors, loops, learner, pool)
+        if server is not None:
+            server.stop()
+    result.seconds = time.monotonic() - started
+    summary = {"run_id": cfg.run_id, "steps": len(result.metrics), "seconds": round(result.seconds, 1),
+               "evals": result.evals, "run_path": str(run_path)}
+    (run_path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    print(f"[driver] done: {json.dumps(summary, default=float)}", flush=True)
+    return result
+
+
+def actors_tokens_per_s(buffer) -> float:
+    from buffer.monitor import Monitor
+    return sum(float(a.get("tokens_per_s", 0.0)) for a in Monitor(buffer.client, buffer.run_id).actors().values())
+
+
+def _evaluate(evaluator, buffer, learner, step: int) -> dict:
+    row = {"step": step, "version": learner.version, **evaluator.evaluate(learner.version, step)}
+    buffer.write_metrics(row)
+    print(f"[eval] step {step} version {learner.version}: avg@{row['eval/n']} {row['eval/avg@n']:.3f} "
+          f"over {row['eval/problems']} problems ({row['eval/seconds']:.1f}s)", flush=True)
+    return row
+
+
+def _append_jsonl(path: Path, row: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(row, default=float) + "\n")
+
+
+def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
+    """(model dir, train path, eval path, prompt template when the tokenizer has no chat template)."""
+    if cfg.tiny:
+        from launch.tiny.build import ensure_tiny_world
+        from launch.tiny.task import PROMPT_TEMPLATE
+        world = ensure_tiny_world()
+        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
+                cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
+    if not cfg.data.model_dir or not cfg.data.train_path:
+        raise ValueError("--data.model_dir (a Hugging Face model directory) and --data.train_path (a JSONL/"
+                         "parquet of math problems) are required unless --tiny")
+    return cfg.data.model_dir, cfg.data.train_path, cfg.data.eval_path, "{problem}\n"
+
+
+def _shutdown(feeder, actors, loops, learner, pool) -> None:
+    """Stop in dependency order; each step is best-effort so one failure cannot leak the rest."""
+    import ray
+
+    from actors.factory import fan_out
+
+    steps = [
+        ("feeder", lambda: feeder and feeder.stop()),
+        ("actors", lambda: actors and fan_out(actors, "stop", timeout=60)),
+        ("actor loops", lambda: loops and ray.get(loops, timeout=120)),
+        ("learner", lambda: learner and learner.close()),
+        ("reward pool", lambda: pool and pool.shutdown()),
+        ("actor kill", lambda: actors and [ray.kill(a) for a in actors]),
+    ]
+    for name, fn in steps:
+        try:
+            fn()
+        except Exception as exc:
+            print(f"[driver] shutdown of {name} failed: {type(exc).__name__}: {exc}", flush=True)

@@ -1,0 +1,134 @@
+"""The prompt feeder: dataset -> stages -> filters -> the buffer's `prompts` stream.
+
+It runs in a thread beside the learner and releases prompts only when they are admissible:
+a prompt for learner step s needs policy version `min_version_for_step(s, N_SGD, max_lag)`,
+so it is issued once the published version reaches that (strict on-policy: step s's prompts
+appear exactly when version s exists; off-policy: up to max_lag versions early, so generation
+overlaps training). Each step first gets D_R prompts; if the learner is still waiting once all
+of them are answered (dynamic sampling rejected zero-advantage groups), it gets D_R/2 more.
+Prompts that cannot fit the context are dead-lettered here with a reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from buffer.schema import PromptMsg
+from buffer.versions import min_version_for_step
+from launch.data import Problem, PromptRenderer
+
+
+@dataclass
+class _StepState:
+    issued: int = 0
+    topped_up_at: float = 0.0
+
+
+@dataclass
+class FeedStats:
+    issued: int = 0
+    too_long: int = 0
+    filtered_solved: int = 0
+    per_step: dict[int, _StepState] = field(default_factory=dict)
+
+
+class PromptFeeder:
+    def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, rollout_batch: int,
+                 n_sgd: int, max_lag: int, group_size: int, max_model_len: int, stage_tokens,
+                 seed: int = 0, grace_s: float = 0.5):
+        self.buffer, self.renderer = buffer, renderer
+        self.rollout_batch, self.n_sgd, self.max_lag = rollout_batch, n_sgd, max_lag
+        self.group_size, self.max_model_len = group_size, max_model_len
+        self.stage_tokens = stage_tokens          # callable: step -> (stage index, max_tokens)
+        self.problems = list(problems)
+        self.rng = random.Random(seed)
+        self.order: list[Problem] = []
+        self.solved: set[str] = set()             # online filter: accuracy reached 1
+        self.grace_s = grace_s
+        self.stats = FeedStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._serial = 0
+
+    # ---- dataset order, with the online filter applied at each epoch
+    def _next_problem(self) -> Problem:
+        if not self.order:
+            pool = [p for p in self.problems if p.id not in self.solved] or self.problems
+            self.order = pool[:]
+            self.rng.shuffle(self.order)
+        return self.order.pop()
+
+    def mark_solved(self, problem_ids) -> None:
+        self.solved.update(problem_ids)
+        self.stats.filtered_solved = len(self.solved)
+        self.order = [p for p in self.order if p.id not in self.solved]
+
+    # ---- issuing
+    def issue(self, step: int, count: int) -> int:
+        stage, max_tokens = self.stage_tokens(step)
+        min_version = min_version_for_step(step, self.n_sgd, self.max_lag)
+        msgs = []
+        for _ in range(count):
+            p = self._next_problem()
+            ids = np.asarray(self.renderer.ids(p.problem), dtype=np.int32)
+            self._serial += 1
+            prompt_id = f"s{step}-{self._serial}-{p.id}"
+            if len(ids) + max_tokens > self.max_model_len:
+                self.buffer.dead_letter("feeder", "prompt_too_long",
+                                        detail=f"{prompt_id}: {len(ids)} prompt + {max_tokens} response tokens "
+                                               f"> max_model_len {self.max_model_len}")
+                self.stats.too_long += 1
+                continue
+            msgs.append(PromptMsg(prompt_id=prompt_id, data_source=p.data_source, prompt_ids=ids,
+                                  answer=p.answer, n_samples=self.group_size, max_tokens=max_tokens,
+                                  step=step, min_version=min_version, stage=stage,
+                                  meta={"problem_id": p.id}))
+        if msgs:
+            self.buffer.put_prompts(msgs)
+        self.stats.issued += len(msgs)
+        state = self.stats.per_step.setdefault(step, _StepState())
+        state.issued += len(msgs)
+        return len(msgs)
+
+    def tick(self) -> None:
+        """Issue whatever is admissible now (called in a loop by the feeder thread)."""
+        version, _ = self.buffer.get_version()
+        learner_step = version // self.n_sgd
+        newest_step = (version + self.max_lag) // self.n_sgd      # newest step admissible at this version
+        for step in range(learner_step, newest_step + 1):
+            if step not in self.stats.per_step:
+                self.issue(step, self.rollout_batch)
+        state = self.stats.per_step[learner_step]
+        if self.outstanding() == 0 and time.monotonic() - state.topped_up_at > self.grace_s:
+            # everything issued is answered, yet the learner is still on this step: top up
+            state.topped_up_at = time.monotonic()
+            self.issue(learner_step, max(self.rollout_batch // 2, 1))
+
+    def outstanding(self) -> int:
+        """Prompts issued but not yet turned into a group (or dead-lettered)."""
+        c = self.buffer.counts()
+        return max(self.stats.issued - c["groups_written"] - c.get("prompts_deadlettered", 0), 0)
+
+    # ---- thread
+    def start(self) -> PromptFeeder:
+        self._thread = threading.Thread(target=self._loop, name="prompt-feeder", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # the driver sees it in the log; the learner will time out
+                print(f"[feeder] error: {type(exc).__name__}: {exc}", flush=True)
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
