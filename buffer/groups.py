@@ -24,6 +24,12 @@ from buffer.keys import PROMPT_READERS, RunKeys
 from buffer.prompts import PromptChannel
 from buffer.queue import Entry, StreamQueue
 from buffer.schema import Group, decode_group, encoded_group
+
+# What a consumer did with a group it ACKs (each has a counter ``groups_<outcome>``):
+# trained into the weights, filtered (zero advantage under dynamic sampling), stale (lag beyond
+# the mode's bound, also dead-lettered), already_trained (in the restored weights: ACK only),
+# evaluated (held-out evaluation groups).
+GROUP_OUTCOMES = ("trained", "filtered", "stale", "already_trained", "evaluated")
 from buffer.scripts import Scripts
 
 
@@ -98,13 +104,20 @@ class GroupChannel:
         entries = self.queue.reclaim(consumer, idle, count or self.cfg.max_unconsumed_groups, full_scan=True)
         return self._accept(entries)
 
-    def ack(self, entry_ids: list[str], group_ids: list[str]) -> int:
-        """XACK + mark consumed + decrement the unconsumed gauge, atomically; returns effective ACKs."""
+    def ack(self, entry_ids: list[str], group_ids: list[str], outcome: str = "trained") -> int:
+        """XACK + mark consumed + decrement the unconsumed gauge, atomically; returns effective ACKs.
+
+        ``outcome`` (one of :data:`GROUP_OUTCOMES`) says what the consumer did with the groups; it
+        is counted beside ``groups_consumed`` so the audit can tell trained from filtered groups.
+        """
         if len(entry_ids) != len(group_ids):
             raise ValueError(f"{len(entry_ids)} entry ids vs {len(group_ids)} group ids")
+        if outcome not in GROUP_OUTCOMES:
+            raise ValueError(f"outcome {outcome!r} not in {GROUP_OUTCOMES}")
         if not entry_ids:
             return 0
-        n = int(self.queue.ack(self.client, [(e, g, "groups_consumed") for e, g in zip(entry_ids, group_ids)]))
+        fields = f"groups_consumed,groups_{outcome}"
+        n = int(self.queue.ack(self.client, [(e, g, fields) for e, g in zip(entry_ids, group_ids)]))
         with self._lock:
             for gid in group_ids:
                 self._in_flight.pop(gid, None)

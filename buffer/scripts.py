@@ -44,21 +44,27 @@ return {1, id}
 # KEYS: stream, its acked zset, counters hash, consumed set
 # ARGV: consumer group, gauge field to decrement per effective ACK ('' = none),
 #       then triples (entry id, group id to mark consumed or '', counter field to bump or '')
+# The counter field may name several counters, comma-separated ("groups_consumed,groups_trained").
 # Only an effective XACK (the entry was pending) moves the counters, so a retried or repeated
-# ACK never double-counts. -> number of effective ACKs
+# ACK never double-counts. An effective ACK of a group id already in the consumed set means
+# one group was consumed twice: counted in 'groups_consumed_twice' for the audit (must stay 0).
+# -> number of effective ACKs
 ACK = _SCORE + """
 local n = 0
 for i = 3, #ARGV, 3 do
   local id, gid, field = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
+  local effective = redis.call('XACK', KEYS[1], ARGV[1], id) == 1
+  if effective then
     n = n + 1
     redis.call('ZADD', KEYS[2], score(id), id)
     if ARGV[2] ~= '' and redis.call('HINCRBY', KEYS[3], ARGV[2], -1) < 0 then
       redis.call('HSET', KEYS[3], ARGV[2], 0)   -- an entry XADDed around put_group: stay >= 0
     end
-    if field ~= '' then redis.call('HINCRBY', KEYS[3], field, 1) end
+    for f in string.gmatch(field, '[^,]+') do redis.call('HINCRBY', KEYS[3], f, 1) end
   end
-  if gid ~= '' then redis.call('SADD', KEYS[4], gid) end
+  if gid ~= '' and redis.call('SADD', KEYS[4], gid) == 0 and effective then
+    redis.call('HINCRBY', KEYS[3], 'groups_consumed_twice', 1)
+  end
 end
 return n
 """

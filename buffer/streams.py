@@ -92,8 +92,9 @@ class RunBuffer:
         """Groups idle in other (dead) consumers' pending lists, now delivered to ``consumer``."""
         return self._groups.reclaim(consumer, min_idle_ms, count)
 
-    def ack_groups(self, entry_ids: list[str], group_ids: list[str]) -> None:
-        self._groups.ack(entry_ids, group_ids)
+    def ack_groups(self, entry_ids: list[str], group_ids: list[str], outcome: str = "trained") -> None:
+        """ACK consumed groups; ``outcome``: trained | filtered (zero advantage) | stale | evaluated."""
+        self._groups.ack(entry_ids, group_ids, outcome)
         with self._trim_lock:
             self._acks_since_trim += len(entry_ids)
             due = self._acks_since_trim >= self.cfg.trim_every

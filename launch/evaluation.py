@@ -44,7 +44,7 @@ class Evaluator:
                 raise TimeoutError(f"evaluation {tag}: {len(groups)}/{len(prompts)} groups after {self.timeout_s}s")
             got = self.buffer.take_groups("evaluator", len(prompts) - len(groups), block_ms=500)
             if got:
-                self.buffer.ack_groups([e for e, _ in got], [g.group_id for _, g in got])
+                self.buffer.ack_groups([e for e, _ in got], [g.group_id for _, g in got], "evaluated")
             groups.update((g.group_id, g) for _, g in got if g.group_id.startswith(tag + "-"))
         ordered = [groups[p.prompt_id] for p in prompts]
         correct = [[r.reward_info.get("reason") == "correct" for r in g.responses] for g in ordered]

@@ -134,9 +134,9 @@ class Learner:
             return [self._backlog.popleft() for _ in range(min(need, len(self._backlog)))]
         return self.buffer.take_groups(self.cfg.consumer, need, self.cfg.block_ms)
 
-    def _ack(self, entries: list[tuple[str, str]]) -> None:
+    def _ack(self, entries: list[tuple[str, str]], outcome: str = "trained") -> None:
         if entries:
-            self.buffer.ack_groups([e for e, _ in entries], [g for _, g in entries])
+            self.buffer.ack_groups([e for e, _ in entries], [g for _, g in entries], outcome)
 
     def _collect(self) -> _Collected:
         cfg, col = self.cfg, _Collected()
@@ -159,7 +159,7 @@ class Learner:
         """Classify one group read from the buffer: duplicate, future, stale, zero-advantage, valid."""
         cfg = self.cfg
         if g.group_id in self._covered:        # (consumed ones the buffer already skips on take)
-            self._ack([(entry_id, g.group_id)])           # already in the weights: ACK, never retrain
+            self._ack([(entry_id, g.group_id)], "already_trained")   # in the weights: ACK, never retrain
             col.skipped_done += 1
             return
         lag = group_lags(g, self.version)                                         # (N,)
@@ -172,7 +172,7 @@ class Learner:
             else:                          # a version nobody published: corrupt, never trainable
                 self.buffer.dead_letter("learner", "future_version", raw=encode_group(g), detail=(
                     f"group {g.group_id}: version_start {newest} > published and learner version {self.version}"))
-                self._ack([(entry_id, g.group_id)])
+                self._ack([(entry_id, g.group_id)], "stale")
             return
         present = np.ones(len(lag), dtype=bool)
         if cfg.mode == "on_policy":
@@ -184,7 +184,7 @@ class Learner:
                 self.buffer.dead_letter("learner", "stale", raw=encode_group(g), detail=(
                     f"group {g.group_id} of step {g.step} arrived at step {self.steps_done} (lags "
                     f"{sorted(set(lag.tolist()))}); strict on-policy trains only lag 0"))
-                self._ack([(entry_id, g.group_id)])
+                self._ack([(entry_id, g.group_id)], "stale")
                 return
             if lag.any():
                 raise PolicyLagError(f"strict on-policy: group {g.group_id} has response lags {lag.tolist()} "
@@ -200,7 +200,7 @@ class Learner:
                     + ("trained on the rest" if present.any() else "group dropped")))
                 if not present.any():
                     col.stale_groups += 1
-                    self._ack([(entry_id, g.group_id)])
+                    self._ack([(entry_id, g.group_id)], "stale")
                     return
         col.seen.append((g, present))
         res = compute_advantages(
@@ -210,7 +210,7 @@ class Learner:
         zero = bool(res.zero_groups[0])
         if zero and cfg.dynamic_sampling:
             col.zero_dropped += 1
-            self._ack([(entry_id, g.group_id)])
+            self._ack([(entry_id, g.group_id)], "filtered")
             return
         mask = res.loss_mask[0].numpy() & (not zero or not cfg.advantage.reject_zero_advantage)
         col.zero_dropped += int(zero and cfg.advantage.reject_zero_advantage)
