@@ -27,10 +27,11 @@ def baseline() -> RunConfig:
     )
 
 
-def _with(cfg: RunConfig, name: str, **learner) -> RunConfig:
-    """Copy of cfg with learner fields replaced and re-validated."""
+def _with(cfg: RunConfig, name: str, actors: dict | None = None, **learner) -> RunConfig:
+    """Copy of cfg with learner (and actor) fields replaced, re-validated as a whole."""
     data = cfg.model_dump()
     data["preset"] = name
+    data["actors"].update(actors or {})
     data["learner"].update({k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in learner.items()})
     return RunConfig.model_validate(data)
 
@@ -66,8 +67,8 @@ def clip_higher(eps_high: float) -> Callable[[], RunConfig]:
 
 def temperature(tau: float) -> Callable[[], RunConfig]:
     def make() -> RunConfig:
-        cfg = _with(baseline(), f"temp_{tau:g}", temperature=tau)
-        return cfg.model_copy(update={"actors": cfg.actors.model_copy(update={"temperature": tau})})
+        # the learner divides logits by the sampling temperature: both sides change together
+        return _with(baseline(), f"temp_{tau:g}", actors={"temperature": tau}, temperature=tau)
     return make
 
 

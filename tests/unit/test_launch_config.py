@@ -1,0 +1,70 @@
+"""Run config: every preset round-trips through JSON, scales to the tiny world with the same ratios,
+and overrides fail clearly on unknown keys and out-of-range values."""
+
+from __future__ import annotations
+
+import pytest
+
+from launch.cli import build_config
+from launch.config import RunConfig
+from launch.overrides import ConfigError, apply_overrides, from_json, split_overrides, to_json
+from launch.presets import PRESETS, get_preset, scale_to_tiny
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_round_trips_through_json(name):
+    for cfg in (get_preset(name), scale_to_tiny(get_preset(name))):
+        back = from_json(RunConfig, to_json(cfg))
+        assert back == cfg and to_json(back) == to_json(cfg)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_tiny_keeps_reuse_and_batch_ratio(name):
+    big, tiny = get_preset(name), scale_to_tiny(get_preset(name))
+    assert tiny.tiny and tiny.learner.n_reuse == big.learner.n_reuse
+    assert tiny.learner.rollout_batch * big.learner.mini_batch == big.learner.rollout_batch * tiny.learner.mini_batch
+    assert tiny.learner.n_sgd == big.learner.n_sgd
+    assert (tiny.learner.mode, tiny.learner.loss.eps_high) == (big.learner.mode, big.learner.loss.eps_high)
+
+
+def test_paper_presets_hold_the_papers_numbers():
+    on, off = get_preset("onpolicy"), get_preset("offpolicy_reuse4")
+    assert (on.learner.mode, on.learner.n_sgd, on.learner.loss.eps_low, on.learner.loss.eps_high) == \
+        ("on_policy", 1, 0.2, 0.2)
+    assert (off.learner.n_reuse, off.learner.rollout_batch, off.learner.mini_batch) == (4, 64, 16)
+    assert off.learner.n_sgd == 16 and off.learner.loss.eps_high == 0.28
+
+
+def test_overrides_apply_with_types():
+    cfg = apply_overrides(get_preset("onpolicy"), split_overrides(
+        ["--learner.lr", "2e-6", "--steps=7", "--actors.num_actors", "3", "--data.chat_template", "false"]))
+    assert (cfg.learner.lr, cfg.steps, cfg.actors.num_actors, cfg.data.chat_template) == (2e-6, 7, 3, False)
+
+
+def test_unknown_key_names_the_key_and_suggests():
+    with pytest.raises(ConfigError, match=r"unknown config key --learner\.lrr.*did you mean --learner\.lr"):
+        apply_overrides(get_preset("onpolicy"), [("learner.lrr", "1e-6")])
+
+
+@pytest.mark.parametrize("key,value,path", [
+    ("steps", "0", "--steps"),
+    ("learner.lr", "-1", "--learner.lr"),
+    ("actors.top_p", "1.5", "--actors.top_p"),
+    ("run_id", "a:b", "--run_id"),
+])
+def test_out_of_range_value_names_the_field(key, value, path):
+    with pytest.raises(ConfigError, match=rf"invalid config:\n  {path}"):
+        apply_overrides(get_preset("onpolicy"), [(key, value)])
+
+
+def test_cross_field_rule_is_checked_after_override():
+    with pytest.raises(ConfigError, match="group_size"):
+        apply_overrides(get_preset("onpolicy"), [("actors.group_size", "8")])
+
+
+def test_cli_exits_2_with_the_message(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_config(["--tiny", "--learner.nope", "1"], default_preset="onpolicy")
+    assert exc.value.code == 2 and "unknown config key --learner.nope" in capsys.readouterr().err
+    cfg, print_only = build_config(["--tiny", "--print-config", "--steps", "3"], default_preset="offpolicy_reuse4")
+    assert print_only and cfg.steps == 3 and cfg.preset == "offpolicy_reuse4" and cfg.tiny
