@@ -168,7 +168,7 @@ def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int) -> tuple[s
         os.close(pidfd)
 
 
-def _init(job, fs, is_pid1: bool, isolation: list[str], result_fd: int) -> None:
+def _init(job, fs, is_pid1: bool, isolation: list[str], result_fd: int, run_child) -> None:
     if "mount" in isolation:
         work, cap = fs.private_fs(job)
     else:
@@ -185,7 +185,6 @@ def _init(job, fs, is_pid1: bool, isolation: list[str], result_fd: int) -> None:
     if job["uid"] is None and os.geteuid() != 0:  # NPROC counts all of this user's tasks: add ours
         job["nproc"] += sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
                             if p.info["uids"] and p.info["uids"].real == os.getuid())
-    run_child = _load("_sandbox_child").run_child
     tests = [_run_test(job, i, t, work, cap, is_pid1, run_child) for i, t in enumerate(job["tests"])]
     _write_all(result_fd, json.dumps({"isolation": isolation, "tests": tests}).encode())
 
@@ -201,6 +200,8 @@ def main() -> None:
     job = json.loads(sys.stdin.buffer.read())
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     fs = _load("_sandbox_fs")
+    # loaded before the mounts: a checkout under /tmp is hidden by the private /tmp from then on
+    run_child = _load("_sandbox_child").run_child
     isolation = fs.unshare_any(job)
     if "pid" in isolation:
         child = os.fork()  # the first child after unshare(CLONE_NEWPID) is pid 1 of the namespace
@@ -212,7 +213,7 @@ def main() -> None:
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     result_fd = os.dup(1)
     try:
-        _init(job, fs, "pid" in isolation, isolation, result_fd)
+        _init(job, fs, "pid" in isolation, isolation, result_fd, run_child)
     except Exception as e:  # noqa: BLE001 - report, do not traceback into the host's pipe
         _write_all(result_fd, json.dumps({"isolation": isolation, "fatal": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)

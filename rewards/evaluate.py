@@ -11,6 +11,7 @@ Problems may have different n; pass@k needs k <= n for every problem and says so
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -105,8 +106,12 @@ def evaluate_completions(problems: Sequence[Problem], completions: Sequence[Sequ
 
 
 def default_data_dir() -> Path:
-    """`../shared/data` relative to the repository root (where aime24.jsonl / aime25.jsonl live)."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    """Where bare names such as "aime24" are looked up: ``$LAGRL_DATA_DIR``, else ``../shared/data``
+    next to the repository when present, else the copy shipped in ``rewards/eval_data``."""
+    if os.environ.get("LAGRL_DATA_DIR"):
+        return Path(os.environ["LAGRL_DATA_DIR"])
+    shared = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return shared if (shared / "aime24.jsonl").exists() else Path(__file__).resolve().parent / "eval_data"
 
 
 def load_problems(path: str | Path) -> list[Problem]:

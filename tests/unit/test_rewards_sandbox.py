@@ -122,7 +122,7 @@ def test_writes_outside_the_sandbox_do_not_reach_the_host():
         print(os.getcwd())
         try:
             open({repo_file!r}, "w")
-        except PermissionError:
+        except (PermissionError, FileNotFoundError):   # (a checkout under /tmp is hidden)
             print("repo read-only")
     """), limits=LIMITS)
     assert r.success, r
