@@ -58,8 +58,9 @@ def ray_head(tmp_path):
     address = f"http://127.0.0.1:{dash}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        ok = subprocess.run([str(VENV_BIN / "ray"), "job", "list", "--address", address], env=env,
-                            capture_output=True).returncode == 0
+        # ready = a trivial job runs: `ray job list` answers before the job agent can take jobs
+        ok = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--", "true"],
+                            env=env, capture_output=True).returncode == 0
         if ok:
             break
         if proc.poll() is not None:
