@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
+
+from rewards.evaluate import Problem
 
 # Skywork-OR1's instruction after the problem (it asks for the answer in \boxed{}).
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
-
-
-@dataclass(frozen=True)
-class Problem:
-    id: str
-    data_source: str
-    problem: str
-    answer: str
 
 
 def load_problems(path: str | Path, prompt_key: str = "problem", answer_key: str = "answer") -> list[Problem]:

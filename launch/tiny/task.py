@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
+
+from rewards.evaluate import Problem as EvalProblem
 
 PROMPT_TEMPLATE = "Q: {problem}\nA: "
 DATA_SOURCE = "tiny_arith"
 
 
-@dataclass(frozen=True)
-class Problem:
-    id: str
-    data_source: str
-    problem: str
-    answer: str
+class Problem(EvalProblem):
+    """A tiny-world problem: the shared record plus its prompt text."""
 
     @property
     def prompt(self) -> str:
