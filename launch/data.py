@@ -11,21 +11,32 @@ from rewards.evaluate import Problem
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
 
-def load_problems(path: str | Path, prompt_key: str = "problem", answer_key: str = "answer") -> list[Problem]:
-    """Rows with `prompt_key` and `answer_key` (ids and data_source default from the file)."""
+def read_rows(path: str | Path) -> list[dict]:
+    """The raw records of a JSONL or parquet file, unchanged (a clear error for a missing file or a bad line)."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
-        rows = pq.read_table(path).to_pylist()
-    else:
-        rows = []
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        return pq.read_table(path).to_pylist()
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+                rows.append(row)
+    return rows
+
+
+def problems_from_rows(rows: list[dict], path: str | Path, prompt_key: str = "problem",
+                       answer_key: str = "answer") -> list[Problem]:
+    """One Problem per row (ids and data_source default from the file name); missing fields raise."""
+    path = Path(path)
     problems = []
     for n, row in enumerate(rows, 1):
         missing = [k for k in (prompt_key, answer_key) if k not in row]
@@ -37,6 +48,11 @@ def load_problems(path: str | Path, prompt_key: str = "problem", answer_key: str
     if not problems:
         raise ValueError(f"{path}: no problems")
     return problems
+
+
+def load_problems(path: str | Path, prompt_key: str = "problem", answer_key: str = "answer") -> list[Problem]:
+    """Rows with `prompt_key` and `answer_key` (ids and data_source default from the file)."""
+    return problems_from_rows(read_rows(path), path, prompt_key, answer_key)
 
 
 class PromptRenderer:

@@ -1,0 +1,98 @@
+"""Asynchronous vs synchronous RL on the tiny world: the same learner steps, the same batches, wall time.
+
+    flock /tmp/lagrl-heavy.lock .venv/bin/python bench/async_vs_sync.py
+    flock /tmp/lagrl-heavy.lock .venv/bin/python bench/async_vs_sync.py --steps 20 --order async sync
+
+* sync  = preset ``onpolicy`` (strict on-policy): the feeder releases step s's prompts only once
+  version s exists, so generation of batch s+1 waits for training step s: they alternate.
+* async = preset ``cliphigh_0.2``: ``off_policy`` with max_lag 1, N_reuse 1, D_T = D_R and the
+  symmetric clip 0.2/0.2, so batch s+1 is generated with version s-1 weights *while* step s trains.
+  The script checks that the two learner configs differ only in ``mode`` and ``max_lag``.
+
+Both run with ``--tiny`` (D_R 32 prompts x 16 responses x 16 tokens, one actor, one learner rank)
+in this process, one after the other, sharing one local Ray. Evaluation is cut to the minimum
+(before and after only, on 16 held-out problems) since it is not what is compared. Reported per run:
+
+* total: ``launch.driver.run`` start to end (engine start-up, DeepSpeed init, the two evals);
+* learner loop: the sum of the learner's ``time/step`` over all steps (startup excluded; step 0
+  includes generating the first batch, which neither mode can overlap);
+* steady state: the same over steps 1.. (where asynchrony can overlap generation with training),
+  and the mean wait-for-data per step there.
+
+The ratio sync/async > 1 means asynchrony saved time. On 2 CPU cores the actor (1 CPU) and the
+learner rank (1 CPU) each have a core, so the overlap is real but both share memory bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MODES = {"sync": "onpolicy", "async": "cliphigh_0.2"}
+
+
+def configs(steps: int, run_dir: Path, tag: str, extra: list[str]):
+    from launch.cli import build_config
+
+    cfgs = {}
+    for mode, preset in MODES.items():
+        argv = ["--tiny", "--steps", str(steps), "--run_dir", str(run_dir), "--run_id", f"{tag}-{mode}",
+                "--data.eval_every", "0", "--data.eval_max_problems", "16", *extra]
+        cfgs[mode], _ = build_config(argv, default_preset=preset)
+    a, b = cfgs["sync"].learner.model_dump(), cfgs["async"].learner.model_dump()
+    diff = sorted(k for k in a if a[k] != b[k])
+    if diff != ["max_lag", "mode"] or cfgs["sync"].actors != cfgs["async"].actors:
+        raise SystemExit(f"sync and async configs differ beyond mode/max_lag: {diff}")
+    assert cfgs["async"].learner.n_reuse == 1 and cfgs["async"].learner.mini_batch == cfgs["async"].learner.rollout_batch
+    return cfgs
+
+
+def timings(result) -> dict:
+    steps = result.metrics
+    step_s = [float(m["time/step"]) for m in steps]
+    wait_s = [float(m["time/wait_data"]) for m in steps]
+    return {"steps": len(steps), "total_s": result.seconds, "loop_s": sum(step_s), "steady_s": sum(step_s[1:]),
+            "steady_wait_per_step_s": sum(wait_s[1:]) / max(len(wait_s) - 1, 1),
+            "train_per_step_s": sum(float(m["time/train"]) for m in steps[1:]) / max(len(steps) - 1, 1),
+            "lag_max": max(float(m["lag/max"]) for m in steps), "lag_mean": sum(float(m["lag/mean"]) for m in steps) / len(steps),
+            "accuracy_last": steps[-1].get("reward/accuracy")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=15, help="learner steps per run")
+    ap.add_argument("--order", nargs=2, choices=sorted(MODES), default=["sync", "async"])
+    ap.add_argument("--run_dir", type=Path, default=None, help="keep the runs here (default: a temp dir)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    args, extra = ap.parse_known_args()
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="async-vs-sync-"))
+    cfgs = configs(args.steps, run_dir, time.strftime("avs-%H%M%S"), extra)
+
+    from launch.driver import _init_ray, run
+
+    _init_ray(cfgs["sync"])
+    out = {}
+    for mode in args.order:
+        print(f"[bench] === {mode} ({MODES[mode]}): {args.steps} steps ===", flush=True)
+        out[mode] = timings(run(cfgs[mode]))
+    s, a = out["sync"], out["async"]
+    print(f"\n{'':<8}{'steps':>6}{'total s':>9}{'loop s':>8}{'steady s':>10}{'wait/step':>11}{'train/step':>12}{'lag max':>9}")
+    for mode in ("sync", "async"):
+        r = out[mode]
+        print(f"{mode:<8}{r['steps']:>6}{r['total_s']:>9.1f}{r['loop_s']:>8.1f}{r['steady_s']:>10.1f}"
+              f"{r['steady_wait_per_step_s']:>11.2f}{r['train_per_step_s']:>12.2f}{r['lag_max']:>9.0f}")
+    ratios = {k: s[k] / a[k] for k in ("total_s", "loop_s", "steady_s")}
+    print(f"ratio sync/async: total {ratios['total_s']:.2f}, learner loop {ratios['loop_s']:.2f}, "
+          f"steady state (steps 1..) {ratios['steady_s']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": out, "ratios": ratios, "run_dir": str(run_dir)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
