@@ -66,14 +66,15 @@ class GenerationActorImpl:
     """The actor's body; wrapped with @ray.remote by `actors.factory`."""
 
     def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir: str, cfg: ActorConfig,
-                 reward_scorer=None, transport=None):
+                 reward_scorer=None, transport=None, buffer_cfg=None):
         from actors.engine import build_llm
         from actors.weight_sync import RayObjectStoreTransport
         from buffer import RunBuffer
 
         self.actor_id, self.cfg = actor_id, cfg
-        self.buffer = RunBuffer.from_url(redis_url, run_id)
-        self.eval_buffer = RunBuffer.from_url(redis_url, eval_run_id(run_id))
+        # buffer_cfg: the run's BufferConfig (None = defaults), e.g. its reclaim_idle_ms / backpressure
+        self.buffer = RunBuffer.from_url(redis_url, run_id, buffer_cfg)
+        self.eval_buffer = RunBuffer.from_url(redis_url, eval_run_id(run_id), buffer_cfg)
         self.transport = transport or RayObjectStoreTransport(run_id)
         self.scorer = reward_scorer
         index = int(actor_id.rsplit("-", 1)[-1]) if actor_id[-1].isdigit() else 0

@@ -119,8 +119,10 @@ def run(cfg: RunConfig) -> RunResult:
         pool = RewardPool(cfg=cfg.rewards)
         lc = cfg.learner.model_copy(update={"max_response_tokens": stage_at(0)[1]})
         learner = Learner.from_url(lc, buffer_url=url, run_id=cfg.run_id, model_dir=model_dir,
-                                   run_dir=run_path, transport=make_transport(cfg.actors.weight_transport, cfg.run_id))
-        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, reward_scorer=pool)
+                                   run_dir=run_path, transport=make_transport(cfg.actors.weight_transport, cfg.run_id),
+                                   buffer_cfg=cfg.buffer)
+        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, reward_scorer=pool,
+                                          buffer_cfg=cfg.buffer)
         loops = start_loops(actors)
         feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=lc.rollout_batch, n_sgd=lc.n_sgd,
                               max_lag=lc.max_lag, group_size=cfg.actors.group_size,

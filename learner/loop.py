@@ -122,10 +122,11 @@ class Learner:
     @classmethod
     def from_url(cls, cfg: LearnerConfig, *, buffer_url: str, run_id: str, model_dir: str | Path,
                  run_dir: str | Path, transport=None, ranks: RankGroup | None = None,
-                 resume: bool = True) -> Learner:
-        """The launch driver's constructor: connect to the run's buffer, start the ranks."""
+                 resume: bool = True, buffer_cfg=None) -> Learner:
+        """The launch driver's constructor: connect to the run's buffer (``buffer_cfg``: the run's
+        BufferConfig, None = defaults), start the ranks."""
         from buffer import RunBuffer
-        return cls(cfg, buffer=RunBuffer.from_url(buffer_url, run_id), model_dir=model_dir,
+        return cls(cfg, buffer=RunBuffer.from_url(buffer_url, run_id, buffer_cfg), model_dir=model_dir,
                    run_dir=run_dir, transport=transport, ranks=ranks, resume=resume)
 
     # --- data -----------------------------------------------------------------------------------
