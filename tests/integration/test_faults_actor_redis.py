@@ -1,0 +1,366 @@
+"""Faults at run level (DESIGN.md §10): a generation actor SIGKILLed mid-run, redis-server SIGKILLed
+and restarted mid-run, and a soak with an actor killed every few minutes.
+
+Each test runs the tiny off-policy run (launch/offpolicy_reuse4.py, 2 actors) as a subprocess
+against a redis-server this test owns (REDIS_URL), acts on it mid-run from here, waits for the run
+to finish, then audits the books (buffer.audit) and prints them: no prompt or group lost, no group
+consumed twice.
+
+    flock /tmp/lagrl-heavy.lock .venv/bin/python -m pytest -s tests/integration/test_faults_actor_redis.py
+    LAGRL_SOAK_MINUTES=30 flock /tmp/lagrl-heavy.lock .venv/bin/python -m pytest -s -m slow \\
+        tests/integration/test_faults_actor_redis.py::test_soak_actor_kills_memory_bounded
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+RECLAIM_MS = 4000          # a dead actor's prompts are reclaimed after this idle time (default 60 s)
+# counters that only ever grow (the gauge groups_unconsumed may fall)
+MONOTONE = ("prompts_issued", "prompts_deadlettered", "groups_written", "groups_consumed", "groups_deadlettered",
+            "groups_duplicate_dropped", "groups_duplicate_skipped", "groups_trained", "groups_filtered",
+            "groups_stale", "groups_already_trained", "groups_evaluated", "deadlettered")
+
+
+class DriverRun:
+    """The driver as a subprocess (its own session, its own local Ray), watched through the buffer."""
+
+    def __init__(self, tmp_path: Path, redis_url: str, run_id: str, args: list[str]):
+        from buffer import RunKeys, connect
+
+        self.run_id, self.keys = run_id, RunKeys(run_id)
+        self.run_path = tmp_path / "runs" / run_id
+        self.log_path = tmp_path / f"{run_id}.log"
+        self.client = connect(redis_url)
+        env = {**os.environ, "REDIS_URL": redis_url, "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+        env.pop("RAY_ADDRESS", None)
+        cmd = [sys.executable, str(REPO / "launch" / "offpolicy_reuse4.py"), "--tiny", "--run_dir",
+               str(tmp_path / "runs"), "--run_id", run_id, "--actors.num_actors", "2",
+               "--buffer.reclaim_idle_ms", str(RECLAIM_MS),
+               "--data.eval_n", "1", "--data.eval_max_problems", "4", "--data.eval_every", "0", *args]
+        self.started = time.monotonic()
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def log_tail(self, n: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-n:]
+
+    def steps_done(self) -> int:
+        return int(self.client.xlen(self.keys.metrics))
+
+    def wait_for(self, condition, what: str, timeout_s: float = 300.0):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                pytest.fail(f"driver exited ({self.proc.returncode}) before {what}:\n{self.log_tail()}")
+            time.sleep(0.2)
+        pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}:\n{self.log_tail()}")
+
+    def finish(self, timeout_s: float = 300.0) -> dict:
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"driver still running after {timeout_s:.0f}s:\n{self.log_tail()}")
+        assert rc == 0, f"driver exited {rc}:\n{self.log_tail()}"
+        return json.loads((self.run_path / "summary.json").read_text())
+
+    def close(self) -> None:
+        """Teardown: a driver still running gets SIGTERM (clean stop), then its session SIGKILL."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+        self._log.close()
+        self.client.close()
+
+    # ---- generation actors
+    def live_actors(self, max_age_s: float = 6.0) -> dict[str, dict]:
+        """actor_id -> heartbeat of actors that beat recently from a live GenerationActor process."""
+        from buffer.monitor import Monitor
+
+        return {a: hb for a, hb in Monitor(self.client, self.run_id).actors().items()
+                if hb.get("age_s", 1e9) < max_age_s and _is_generation_actor(hb.get("pid"))}
+
+    def pending_prompts(self, actor_id: str) -> list[str]:
+        rows = self.client.xpending_range(self.keys.prompts, "actors", "-", "+", 10_000, consumername=actor_id)
+        return [_text(r["message_id"]) for r in rows]
+
+    def kill_busiest_actor(self, exclude: str | None = None) -> tuple[str, int, list[str]]:
+        """SIGKILL the live actor (not ``exclude``) holding the most prompts; returns (actor id, pid,
+        the prompts it held)."""
+        def pick():
+            live = {a: hb for a, hb in self.live_actors().items() if a != exclude}
+            held = sorted(((len(self.pending_prompts(a)), a) for a in live), reverse=True)
+            return held and held[0][0] > 0 and (held[0][1], live[held[0][1]]["pid"])
+        actor_id, pid = self.wait_for(pick, "a live actor holding prompts", timeout_s=120)
+        os.kill(pid, signal.SIGKILL)
+        self.wait_for(lambda: not _is_generation_actor(pid), f"actor pid {pid} to die", timeout_s=10)
+        return actor_id, pid, self.pending_prompts(actor_id)   # frozen now: its PEL at death
+
+    def answered_by(self, prompt_entry_ids: list[str]) -> dict[str, int]:
+        """Which actor answered each of these prompts ('unanswered' if none did)."""
+        from buffer.schema import decode_group, decode_prompt
+
+        prompt_ids = {}
+        for eid in prompt_entry_ids:
+            [(_, fields)] = self.client.xrange(self.keys.prompts, eid, eid, count=1)
+            prompt_ids[decode_prompt(fields[b"data"]).prompt_id] = eid
+        by: dict[str, int] = {}
+        for _, fields in self.client.xrange(self.keys.groups):
+            g = decode_group(fields[b"data"])
+            if g.prompt_id in prompt_ids:
+                prompt_ids.pop(g.prompt_id)
+                by[g.actor_id] = by.get(g.actor_id, 0) + 1
+        if prompt_ids:
+            by["unanswered"] = len(prompt_ids)
+        return by
+
+
+def _is_generation_actor(pid) -> bool:
+    try:
+        p = psutil.Process(int(pid))
+        return p.status() != psutil.STATUS_ZOMBIE and "GenerationActor" in " ".join(p.cmdline())
+    except (psutil.Error, TypeError, ValueError):
+        return False
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _audit(run: DriverRun, label: str):
+    from buffer.audit import audit
+
+    a = audit(run.client, run.run_id)
+    print(f"[audit {label}] {a.line()}", flush=True)
+    return a
+
+
+def _assert_books(a) -> None:
+    assert a.prompts_lost == 0 and a.groups_lost == 0 and a.duplicates == 0, a.line()
+    assert a.balanced, a.line()
+    assert a.outcomes["trained"] > 0, a.line()
+
+
+def _trained_slots(run: DriverRun) -> int:
+    """Groups the learner trained on, from its own metrics.jsonl (not from Redis)."""
+    rows = [json.loads(line) for line in (run.run_path / "metrics.jsonl").read_text().splitlines()]
+    return sum(int(r.get("groups/trained", 0)) for r in rows)
+
+
+def _marks(client, run_id: str) -> dict[str, int]:
+    """What an acknowledged write can only increase: monotone counters, stream tips, the version."""
+    from buffer import RunKeys
+    from buffer.scripts import id_key
+
+    keys = RunKeys(run_id)
+    counters = {_text(k): int(v) for k, v in client.hgetall(keys.counters).items()}
+    out = {k: counters.get(k, 0) for k in MONOTONE}
+    for name in ("prompts", "groups", "metrics", "versions"):
+        key = getattr(keys, name)
+        tip = client.xinfo_stream(key)["last-generated-id"] if client.exists(key) else "0-0"
+        out[f"{name}_tip_ms"], out[f"{name}_tip_seq"] = id_key(tip)
+    out["version"] = int(client.hget(keys.version, "version") or 0)
+    out["consumed_ids"] = int(client.scard(keys.consumed))
+    return out
+
+
+def _went_backwards(before: dict, after: dict) -> dict[str, tuple[int, int]]:
+    back = {}
+    for name in ("prompts", "groups", "metrics", "versions"):
+        b, a = (before[f"{name}_tip_ms"], before[f"{name}_tip_seq"]), (after[f"{name}_tip_ms"], after[f"{name}_tip_seq"])
+        if a < b:
+            back[f"{name}_tip"] = (b, a)
+    back.update({k: (v, after[k]) for k, v in before.items() if "_tip_" not in k and after[k] < v})
+    return back
+
+
+class AofSizes:
+    """Samples the AOF's size every 50 ms, to cut it back to what it was ``window_s`` ago: the
+    writes an OS crash loses under ``appendfsync everysec`` (a killed process loses none of them:
+    they are in the page cache)."""
+
+    def __init__(self, aof: Path):
+        self.aof, self.sizes, self._stop = aof, [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            self.sizes.append((time.monotonic(), self.aof.stat().st_size if self.aof.exists() else 0))
+
+    def cut_to(self, window_s: float) -> tuple[int, int]:
+        """After the kill: truncate to the size ``window_s`` before now; returns (old, new) size."""
+        self._stop.set()
+        self._thread.join()
+        now, full = time.monotonic(), self.aof.stat().st_size
+        cut = max((s for t, s in self.sizes if t <= now - window_s), default=0)
+        os.truncate(self.aof, cut)
+        return full, cut
+
+
+@pytest.fixture
+def driver_runs():
+    runs: list[DriverRun] = []
+    yield runs
+    for r in runs:
+        r.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+def test_actor_sigkill_mid_run_prompts_reclaimed_books_balance(tmp_path, own_redis, driver_runs, tiny_world):
+    server = own_redis(tmp_path / "redis-run")
+    run = DriverRun(tmp_path, server.url, "fault-actor", ["--steps", "8"])
+    driver_runs.append(run)
+    run.wait_for(lambda: run.steps_done() >= 2, "learner step 2", timeout_s=240)
+    actor_id, pid, held = run.kill_busiest_actor()
+    killed_at = time.monotonic()
+    print(f"[fault] SIGKILL {actor_id} pid {pid} at step {run.steps_done()} holding {len(held)} prompts", flush=True)
+    assert held, "the killed actor held no prompt: nothing to reclaim"
+
+    # Ray restarts it (max_restarts): it beats again from a new process
+    restarted = run.wait_for(lambda: (hb := run.live_actors().get(actor_id)) and hb["pid"] != pid and hb,
+                             f"{actor_id} restarted by Ray", timeout_s=240)
+    print(f"[fault] {actor_id} back as pid {restarted['pid']} after {time.monotonic() - killed_at:.0f}s", flush=True)
+    summary = run.finish()
+    assert summary["steps"] == 8
+
+    by = run.answered_by(held)
+    print(f"[fault] the {len(held)} prompts it held were answered by {by}", flush=True)
+    assert "unanswered" not in by, by
+    a = _audit(run, "actor kill, end")
+    _assert_books(a)
+    assert a.outcomes["trained"] == _trained_slots(run), "a group was trained twice (or its ACK was lost)"
+    print(f"[fault] wall {time.monotonic() - run.started:.0f}s", flush=True)
+    server.stop()
+
+
+@pytest.mark.parametrize("appendfsync,os_crash", [("always", False), ("everysec", False), ("everysec", True)],
+                         ids=["always", "everysec", "everysec-os-crash"])
+def test_redis_sigkill_restart_mid_run(tmp_path, own_redis, driver_runs, tiny_world, appendfsync, os_crash):
+    """redis-server SIGKILLed mid-run, restarted 2 s later from its directory (same port, password,
+    AOF): the run finishes and the books balance. ``os-crash`` also cuts the last second of the AOF,
+    as an OS crash under everysec would: the server comes back behind its clients, and what it lost
+    must be regenerated or re-delivered, never silently dropped."""
+    server = own_redis(tmp_path / "redis-run", appendfsync=appendfsync)
+    port, url = server.port, server.url
+    sizes = AofSizes(server.data_dir / "appendonly.aof") if os_crash else None
+    label = appendfsync + ("-os-crash" if os_crash else "")
+    run = DriverRun(tmp_path, url, f"fault-redis-{label}", ["--steps", "8"])
+    driver_runs.append(run)
+    run.wait_for(lambda: run.steps_done() >= 3, "learner step 3", timeout_s=240)
+
+    # Writes paused for the snapshot, so `before` is exactly what the server had acknowledged when killed.
+    # A killed process keeps what it wrote to the page cache, so everysec normally loses nothing
+    # here either (unless Redis had postponed an AOF write behind a slow fsync): only an OS crash
+    # loses its window, which `os-crash` simulates.
+    steps_at_kill = run.steps_done()
+    run.client.client_pause(10_000, all=False)
+    before_audit, before = _audit(run, "before kill"), _marks(run.client, run.run_id)
+    old_pid = server.pid
+    server.kill()
+    assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
+    if sizes:
+        full, cut = sizes.cut_to(window_s=1.0)
+        print(f"[fault] AOF cut from {full} to {cut} bytes: the last second of writes is gone", flush=True)
+    time.sleep(2.0)
+    server.start()                          # same directory: same port and password, AOF replayed
+    own_redis.pids.append(server.pid)
+    assert server.pid != old_pid and server.port == port and server.url == url
+    after = _marks(run.client, run.run_id)
+    back = _went_backwards(before, after)
+    print(f"[fault] redis pid {old_pid} SIGKILLed, restarted as {server.pid} on port {port} "
+          f"({label}); lost (before -> after the restart): {back or 'nothing'}", flush=True)
+
+    summary = run.finish()
+    assert summary["steps"] == 8, summary
+    final = _audit(run, f"redis restart ({label}), end")
+    print(f"[fault] since the kill: prompts issued +{final.prompts_issued - before_audit.prompts_issued}, groups "
+          f"written +{final.groups_written - before_audit.groups_written}, consumed "
+          f"+{final.groups_consumed - before_audit.groups_consumed}, late duplicates dropped "
+          f"+{final.groups_duplicate_dropped - before_audit.groups_duplicate_dropped}; step at kill {steps_at_kill}; "
+          f"wall {time.monotonic() - run.started:.0f}s", flush=True)
+    _assert_books(final)
+    slots = _trained_slots(run)
+    print(f"[fault] learner trained {slots} groups, {final.outcomes['trained']} effective trained ACKs", flush=True)
+    if not os_crash:    # an OS crash can make the learner train a group whose delivery the server forgot
+        assert final.outcomes["trained"] == slots, "a group was trained twice (or its ACK was lost)"
+    if appendfsync == "always":
+        assert not back, f"acknowledged writes lost across the restart: {back}"
+    server.stop()
+
+
+# ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_soak_actor_kills_memory_bounded(tmp_path, own_redis, driver_runs, tiny_world):
+    """LAGRL_SOAK_MINUTES (default 30) of the tiny off-policy run, an actor SIGKILLed every
+    LAGRL_SOAK_KILL_EVERY_S (default: a quarter of the run, at most 3 min, alternating actors).
+
+    Redis memory stays bounded by the retention settings: after warm-up (the groups stream past its
+    retention), the last third's max of used_memory <= 1.5 x the first third's. The one key that
+    grows by design, the ``consumed`` set (the learner's idempotency set: one short id per consumed
+    group, never trimmed), is taken out of that figure and checked separately: ids only, no payloads.
+    The dead-letter and metrics streams are capped small here (their defaults keep 100k entries and
+    1M rows: stale groups are dead-lettered with up to deadletter_raw_bytes of payload each)."""
+    minutes = float(os.environ.get("LAGRL_SOAK_MINUTES", "30"))
+    kill_every = float(os.environ.get("LAGRL_SOAK_KILL_EVERY_S", min(180.0, minutes * 60 / 4)))
+    retention = 128
+    server = own_redis(tmp_path / "redis-run")
+    run = DriverRun(tmp_path, server.url, "soak", [
+        "--steps", "100000", "--max_wall_s", str(minutes * 60), "--actors.max_restarts", "1000",
+        "--buffer.retention_groups", str(retention), "--buffer.retention_prompts", str(retention),
+        "--buffer.trim_every", "16", "--buffer.metrics_maxlen", "100", "--buffer.deadletter_maxlen", "100"])
+    driver_runs.append(run)
+    run.wait_for(lambda: run.steps_done() >= 1, "learner step 1", timeout_s=300)
+
+    samples: list[tuple[int, int, int]] = []    # (used_memory, consumed-set bytes, groups written)
+    kills, next_kill, last = [], time.monotonic() + kill_every, None
+    while run.proc.poll() is None:
+        used = int(run.client.info("memory")["used_memory"])
+        consumed = int(run.client.memory_usage(run.keys.consumed, samples=0) or 0)
+        samples.append((used, consumed, int(run.client.hget(run.keys.counters, "groups_written") or 0)))
+        if time.monotonic() >= next_kill and len(run.live_actors()) == 2:
+            last, pid, held = run.kill_busiest_actor(exclude=last)
+            kills.append((round(time.monotonic() - run.started), last, len(held)))
+            print(f"[soak] t={kills[-1][0]}s SIGKILL {last} pid {pid} holding {len(held)} prompts", flush=True)
+            next_kill = time.monotonic() + kill_every
+        time.sleep(2.0)
+    summary = run.finish(timeout_s=60)
+    a = _audit(run, "soak, end")
+
+    warm = [s for s in samples if s[2] >= 2 * retention] or samples[len(samples) // 3:]
+    third = max(len(warm) // 3, 1)
+    first, final = (max(u - c for u, c, _ in part) for part in (warm[:third], warm[-third:]))
+    per_id = samples[-1][1] / max(a.groups_consumed, 1)
+    mib = 2 ** 20
+    print(f"[soak] {summary['steps']} steps in {summary['seconds']:.0f}s; {len(kills)} actor kills {kills}; "
+          f"used_memory less the consumed set: max first third {first / mib:.2f} MiB, last third "
+          f"{final / mib:.2f} MiB ({len(samples)} samples, {len(warm)} after warm-up); consumed set "
+          f"{samples[-1][1] / mib:.2f} MiB = {per_id:.0f} B per consumed group; used_memory at the end "
+          f"{samples[-1][0] / mib:.2f} MiB", flush=True)
+    assert kills, "no actor was killed: the soak was too short for LAGRL_SOAK_KILL_EVERY_S"
+    assert summary["steps"] > 0
+    _assert_books(a)
+    assert final <= 1.5 * first, f"Redis memory grew: {first} -> {final} bytes"
+    assert per_id <= 160, f"consumed set holds {per_id:.0f} B per group: more than an id"
+    server.stop()
