@@ -46,8 +46,8 @@ return {1, id}
 #       then triples (entry id, group id to mark consumed or '', counter field to bump or '')
 # The counter field may name several counters, comma-separated ("groups_consumed,groups_trained").
 # Only an effective XACK (the entry was pending) moves the counters, so a retried or repeated
-# ACK never double-counts. An effective ACK of a group id already in the consumed set means
-# one group was consumed twice: counted in 'groups_consumed_twice' for the audit (must stay 0).
+# ACK never double-counts. An effective 'trained' ACK of a group id already in the consumed set
+# means one group was trained twice: counted in 'groups_consumed_twice' for the audit (must stay 0).
 # -> number of effective ACKs
 ACK = _SCORE + """
 local n = 0
@@ -62,7 +62,8 @@ for i = 3, #ARGV, 3 do
     end
     for f in string.gmatch(field, '[^,]+') do redis.call('HINCRBY', KEYS[3], f, 1) end
   end
-  if gid ~= '' and redis.call('SADD', KEYS[4], gid) == 0 and effective then
+  if gid ~= '' and redis.call('SADD', KEYS[4], gid) == 0 and effective
+      and string.find(field, 'groups_trained', 1, true) then
     redis.call('HINCRBY', KEYS[3], 'groups_consumed_twice', 1)
   end
 end

@@ -108,7 +108,10 @@ class Learner:
         self.version = ranks.version()
         self.steps_done = 0
         self._unacked: list[tuple[str, str]] = []     # (entry id, group id) trained, not yet checkpointed
-        self._covered: set[str] = set()               # group ids inside the restored checkpoint
+        # Group ids in the weights: the restored checkpoint's last groups, then every group trained
+        # here. A group delivered again (Redis lost an ACK or a delivery past its fsync window) is
+        # never trained twice.
+        self._in_weights: set[str] = set()
         self._backlog: deque[tuple[str, Group]] = deque()
         self._deferred: list[tuple[str, Group]] = []  # sampled by a version the learner has not reached
         (self.run_dir / "learner_config.json").write_text(cfg.model_dump_json(indent=1))
@@ -159,9 +162,11 @@ class Learner:
     def _admit(self, entry_id: str, g: Group, col: _Collected) -> None:
         """Classify one group read from the buffer: duplicate, future, stale, zero-advantage, valid."""
         cfg = self.cfg
-        if g.group_id in self._covered:        # (consumed ones the buffer already skips on take)
-            self._ack([(entry_id, g.group_id)], "already_trained")   # in the weights: ACK, never retrain
+        unacked = {gid: e for e, gid in self._unacked} | {x.group_id: e for e, x in col.entries}
+        if g.group_id in self._in_weights or g.group_id in unacked:
             col.skipped_done += 1
+            if unacked.get(g.group_id) != entry_id:       # else the next checkpoint ACKs this entry
+                self._ack([(entry_id, g.group_id)], "already_trained")
             return
         lag = group_lags(g, self.version)                                         # (N,)
         if (lag < 0).any():
@@ -311,6 +316,7 @@ class Learner:
     def _finish(self, col: _Collected) -> None:
         """Count the step; checkpoint (and ACK what it covers) when due, or ACK now without checkpoints."""
         self._unacked.extend((e, g.group_id) for e, g in col.entries)
+        self._in_weights.update(g.group_id for _, g in col.entries)
         self.steps_done += 1
         if self.cfg.checkpoint_every == 0:
             self._ack(self._unacked)
@@ -383,7 +389,7 @@ class Learner:
             raise RuntimeError(f"checkpoint {path}: ranks restored versions {versions}, learner.json says {state.version}")
         self.version, self.steps_done = state.version, state.step
         self.controller.load_state_dict(state.entropy_controller)
-        self._covered = set(state.group_ids)
+        self._in_weights = set(state.group_ids)
         published, _ = self.buffer.get_version()
         self._publish()   # actors (possibly restarted with the init weights) rejoin at this version
         if self.cfg.print_metrics:

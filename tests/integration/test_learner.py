@@ -294,6 +294,42 @@ def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, world,
         assert key in rows[1], key
 
 
+def test_groups_delivered_again_after_redis_forgot_are_never_retrained(ranks, world, redis_url, policy, run_dir):
+    """A Redis restart past its fsync window can forget deliveries and ACKs: the same entries come
+    back through XREADGROUP. Trained ones are skipped (ACKed as already_trained), never retrained."""
+    from buffer.audit import audit
+
+    cfg = learner_cfg(mode="off_policy", max_lag=4, checkpoint_every=2)
+    buf = make_buffer(redis_url, "redeliver")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    set_weights(policy, learner.full_state_dict())
+    first = make_groups(policy, 4, learner.version, seed=21)
+    for g in first:
+        buf.put_group(g)
+    assert learner.step()["groups/trained"] == 4          # trained, not yet ACKed (checkpoint every 2)
+    buf.client.xgroup_setid(buf.keys.groups, "learner", "0")   # the server "forgets" the deliveries
+    set_weights(policy, learner.full_state_dict())
+    second = make_groups(policy, 4, learner.version, seed=22)
+    for g in second:
+        buf.put_group(g)
+    m = learner.step()                                     # reads first (again) then second
+    assert m["groups/trained"] == 4 and m["groups/skipped_done"] == 4, m
+    a = audit(buf.client, buf.run_id)                      # step 2 checkpointed: everything ACKed once
+    assert a.outcomes["trained"] == 8 and a.duplicates == 0 and a.groups_open == 0, a.line()
+
+    # forgets the ACKs and the consumed set too: all 8 come back past the buffer's own duplicate check
+    buf.client.xgroup_setid(buf.keys.groups, "learner", "0")
+    buf.client.delete(buf.keys.consumed)
+    set_weights(policy, learner.full_state_dict())
+    third = make_groups(policy, 4, learner.version, seed=23)
+    for g in third:
+        buf.put_group(g)
+    m = learner.step()
+    assert m["groups/trained"] == 4 and m["groups/skipped_done"] == 8, m
+    a = audit(buf.client, buf.run_id)                      # third waits for its checkpoint
+    assert a.outcomes["trained"] == 8 and a.outcomes["already_trained"] == 8 and a.duplicates == 0, a.line()
+
+
 def test_future_versions_wait_or_are_dead_lettered(ranks, world, redis_url, policy, run_dir):
     """As after a restore: the buffer holds version v+2 published by a crashed learner, the learner
     is at v. A group sampled with v+2 waits until the learner gets there; one claiming a version
