@@ -43,7 +43,8 @@ class BufferConfig(BaseModel):
         64 << 10, ge=0, description="Bytes of a rejected payload copied into its dead-letter entry "
                                     "(the length is always recorded).")
     deadletter_maxlen: int = Field(
-        100_000, ge=100, description="Dead-letter entries kept (approximate cap).")
+        10_000, ge=100, description="Dead-letter entries kept (approximate cap; with deadletter_raw_bytes "
+                                    "it bounds the stream's memory: 10K x 64 KiB = 640 MiB at most).")
     metrics_maxlen: int = Field(
         1_000_000, ge=100, description="Metrics rows kept (approximate cap; one row per learner step).")
     trim_every: int = Field(

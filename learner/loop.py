@@ -187,7 +187,9 @@ class Learner:
                 # finished after that step was complete. Strict mode never trains it at lag > 0.
                 col.stale_groups += 1
                 col.stale_responses += len(lag)
-                self.buffer.dead_letter("learner", "stale", raw=encode_group(g), detail=(
+                # stale dead letters record the decision, not a copy: the group stays in the groups
+                # stream (retention), and stale groups can be a large share of an off-policy run
+                self.buffer.dead_letter("learner", "stale", detail=(
                     f"group {g.group_id} of step {g.step} arrived at step {self.steps_done} (lags "
                     f"{sorted(set(lag.tolist()))}); strict on-policy trains only lag 0"))
                 self._ack([(entry_id, g.group_id)], "stale")
@@ -200,7 +202,7 @@ class Learner:
             if not present.all():
                 n_stale = int((~present).sum())
                 col.stale_responses += n_stale
-                self.buffer.dead_letter("learner", "stale", raw=encode_group(g), detail=(
+                self.buffer.dead_letter("learner", "stale", detail=(
                     f"group {g.group_id}: {n_stale}/{len(lag)} responses with lag > max_lag {cfg.max_lag} at "
                     f"version {self.version} (lags {sorted(set(lag.tolist()))}); "
                     + ("trained on the rest" if present.any() else "group dropped")))
