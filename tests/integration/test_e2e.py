@@ -46,6 +46,11 @@ def _assert_accuracy_rose(summary: dict) -> None:
 def ray_head(tmp_path):
     """A Ray head this test owns (its own process group, loopback only), killed by pgid afterwards."""
     gcs, dash = find_free_port(), find_free_port()
+    # Every fixed default port gets a free one: another Ray on this machine (the session's local Ray,
+    # a user's) already holds e.g. the job agent's 52365, and the head would then take no jobs.
+    ports = [f"--{name}={find_free_port()}" for name in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+        "metrics-export-port", "ray-client-server-port", "node-manager-port", "object-manager-port")]
     # Token auth (as the README recommends), with a token private to this test instead of ~/.ray/auth_token.
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "RAY_DEDUP_LOGS": "0",
            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
@@ -53,21 +58,27 @@ def ray_head(tmp_path):
     proc = subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
          "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-         "--num-cpus", "6", "--include-dashboard", "true", "--disable-usage-stats"],
+         "--num-cpus", "6", "--include-dashboard", "true", "--disable-usage-stats", *ports],
         env=env, stdout=open(tmp_path / "ray_head.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     address = f"http://127.0.0.1:{dash}"
-    deadline = time.monotonic() + 120
+    deadline, last = time.monotonic() + 300, ""
     while time.monotonic() < deadline:
         # ready = a trivial job runs: `ray job list` answers before the job agent can take jobs
-        ok = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--", "true"],
-                            env=env, capture_output=True).returncode == 0
-        if ok:
-            break
+        try:
+            probe = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--", "true"],
+                                   env=env, capture_output=True, text=True, timeout=90)
+            if probe.returncode == 0:
+                break
+            last = (probe.stdout + probe.stderr)[-1500:]
+        except subprocess.TimeoutExpired:
+            last = "probe job timed out after 90 s"
         if proc.poll() is not None:
             raise RuntimeError((tmp_path / "ray_head.log").read_text()[-3000:])
-        time.sleep(2)
+        time.sleep(3)
     else:
-        raise TimeoutError("ray head did not come up")
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise TimeoutError(f"ray head did not take a job in 300 s; last probe: {last}\n"
+                           f"head log: {(tmp_path / 'ray_head.log').read_text()[-2000:]}")
     yield address, env
     os.killpg(proc.pid, signal.SIGTERM)
     try:
