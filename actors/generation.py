@@ -28,7 +28,7 @@ import numpy as np
 import ray
 
 from actors.config import ActorConfig
-from buffer.schema import Group, PromptMsg, Response
+from buffer.schema import Group, PromptMsg, Response, encode_group
 
 
 @dataclass
@@ -121,7 +121,15 @@ class GenerationActorImpl:
         """Load the buffer's current version if it is newer than the engine's."""
         version, location = self.buffer.get_version()
         if location and (version > self.version or force and version != self.version):
-            self.transport.load_into(self.llm, location)
+            try:
+                self.transport.load_into(self.llm, location)
+            except Exception as exc:
+                # The published weights are gone: a learner killed with its job published them and
+                # its restarted incarnation, resumed from an older checkpoint, is retraining up to
+                # that version (it republishes it then). Keep the current weights and retry.
+                self.stats.last_error = f"weights {location} not loadable: {type(exc).__name__}: {exc}"[:500]
+                time.sleep(0.5)
+                return self.version
             self.version = version
             self.stats.weight_loads += 1
             self._prefix_cache_dirty = True
@@ -169,9 +177,18 @@ class GenerationActorImpl:
         taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(
             self.actor_id, count=room - len(taken), block_ms=self.cfg.idle_poll_ms if idle and not taken else 0)]
         for buffer, entry_id, prompt in taken:
+            if len(prompt.prompt_ids) + prompt.max_tokens > self.cfg.max_model_len:   # the feeder's rule
+                buffer.reject_prompt(entry_id, self.actor_id, "prompt_too_long", detail=(
+                    f"{prompt.prompt_id}: {len(prompt.prompt_ids)} prompt + {prompt.max_tokens} response "
+                    f"tokens > max_model_len {self.cfg.max_model_len}"))
+                continue
             if prompt.min_version > self.version:
                 self._wait_for_version(prompt.min_version)
-            self._start(buffer, entry_id, prompt)
+            try:
+                self._start(buffer, entry_id, prompt)
+            except ValueError as exc:     # vLLM refuses the request (e.g. a token id outside the vocabulary)
+                buffer.reject_prompt(entry_id, self.actor_id, "engine_rejected",
+                                     detail=f"{prompt.prompt_id}: {exc}"[:2000])
 
     def _wait_for_version(self, at_least: int) -> None:
         """The feeder only releases a prompt once its version is published, so this is short."""
@@ -221,7 +238,20 @@ class GenerationActorImpl:
             if not (block or job.future.done()):
                 remaining.append(job)
                 continue
-            for resp, result in zip(job.group.responses, job.future.result()):
+            try:
+                results = job.future.result()
+                if len(results) != len(job.group.responses):
+                    raise ValueError(f"{len(results)} rewards for {len(job.group.responses)} responses")
+            except Exception as exc:
+                # The scorers turn bad answers into reasons; an exception here is the reward system
+                # failing (e.g. a worker dead past its retries). The group cannot be judged: its prompt
+                # is dead-lettered (counted, with the group as raw) rather than trained on a fake 0.
+                detail = f"group {job.group.group_id}: {type(exc).__name__}: {exc}"[:2000]
+                self.stats.last_error = f"reward_error: {detail}"[:500]
+                job.buffer.reject_prompt(job.entry_id, "reward", "reward_error", detail=detail,
+                                         raw=encode_group(job.group))
+                continue
+            for resp, result in zip(job.group.responses, results):
                 resp.reward = float(result.reward)
                 resp.reward_info = {"reason": result.reason, "extracted": result.extracted}
             job.buffer.put_group(job.group, job.entry_id)

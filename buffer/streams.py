@@ -62,6 +62,15 @@ class RunBuffer:
     def put_prompts(self, prompts: list[PromptMsg]) -> list[str]:
         return self._prompts.put(prompts)
 
+    def reject_prompt(self, entry_id: str, source: str, reason: str, detail: str = "",
+                      raw: bytes | None = None) -> None:
+        """Dead-letter a taken prompt that cannot be answered (too long for the engine, its reward
+        failed) and ACK it, in one transaction: counted as dead-lettered, never generated again."""
+        pipe = self.client.pipeline(transaction=True)
+        self._deadletters.add(pipe, source, reason, raw, detail, entry_id=entry_id, stream=self.keys.prompts)
+        self._prompts.ack_rejected(pipe, entry_id)
+        pipe.execute()
+
     def take_prompts(self, consumer: str, count: int, block_ms: int = 1000) -> list[tuple[str, PromptMsg]]:
         """Reclaimed prompts of dead actors (idle > reclaim_idle_ms) first, then new ones."""
         return self._prompts.take(consumer, count, block_ms)

@@ -4,7 +4,8 @@
     RAY_ADDRESS=... REDIS_URL=... python launch/onpolicy.py --data.model_dir ... --data.train_path ...
 
 Under `ray job submit` RAY_ADDRESS is set and the driver joins that cluster; run plainly it starts a
-local Ray bound to 127.0.0.1. With no REDIS_URL it starts (or, after a crash, re-attaches to) a
+local Ray (no dashboard, token auth on: Ray 2.60 still registers the node IP and listens beyond
+loopback, see README "Network exposure"). With no REDIS_URL it starts (or, after a crash, re-attaches to) a
 private redis-server in the run directory. Everything it started is stopped on completion,
 Ctrl-C or `ray job stop` (SIGTERM); the Redis data stays on disk (AOF) for the notebook.
 """
@@ -134,7 +135,8 @@ def run(cfg: RunConfig) -> RunResult:
             evaluator = Evaluator(url, cfg.run_id, load_problems(eval_path, cfg.data.prompt_key, cfg.data.answer_key),
                                   renderer, n=cfg.data.eval_n, max_tokens=stage_at(0)[1],
                                   max_problems=cfg.data.eval_max_problems)
-            result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
+            if _servable(learner, buffer):
+                result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
         feeder.start()
         progress = Progress(cfg.steps, start_step=learner.steps_done)
         stage = stage_at(learner.steps_done)[0]
@@ -155,9 +157,11 @@ def run(cfg: RunConfig) -> RunResult:
             result.metrics.append(metrics)
             _append_jsonl(run_path / "metrics.jsonl", metrics)
             print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
-            if evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0:
+            if evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0 \
+                    and _servable(learner, buffer):
                 result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
-        if evaluator and (not result.evals or result.evals[-1]["step"] != learner.steps_done):
+        if evaluator and (not result.evals or result.evals[-1]["step"] != learner.steps_done) \
+                and _servable(learner, buffer):
             result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
     finally:
         _shutdown(feeder, actors, loops, learner, pool)
@@ -174,6 +178,17 @@ def run(cfg: RunConfig) -> RunResult:
 def actors_tokens_per_s(buffer) -> float:
     from buffer.monitor import Monitor
     return sum(float(a.get("tokens_per_s", 0.0)) for a in Monitor(buffer.client, buffer.run_id).actors().values())
+
+
+def _servable(learner, buffer) -> bool:
+    """False while a resumed learner retrains steps its killed incarnation had already published:
+    those weights died with that job and the buffer's version never goes backwards, so actors
+    cannot serve this version and an evaluation of it would wait forever (it is skipped)."""
+    published = buffer.get_version()[0]
+    if learner.version < published:
+        print(f"[driver] evaluation at version {learner.version} skipped: replaying up to the published "
+              f"version {published} after a resume", flush=True)
+    return learner.version >= published
 
 
 def _evaluate(evaluator, buffer, learner, step: int) -> dict:

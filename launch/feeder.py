@@ -111,11 +111,25 @@ class PromptFeeder:
 
     def outstanding(self) -> int:
         """Prompts issued but not yet turned into a group (or dead-lettered)."""
+        c = self.buffer.counts()   # the run's counters, so prompts of a killed incarnation count too
+        return max(c["prompts_issued"] - c["groups_written"] - c.get("prompts_deadlettered", 0), 0)
+
+    def _resume(self) -> None:
+        """A rerun of a run that already issued prompts (the driver was killed): every step admissible
+        at the published version was issued by the previous incarnation (its prompts are still in
+        the stream, or answered), so only later steps get new batches; a shortfall is topped up as
+        usual. Serials continue past the old ones so prompt ids (= group ids) stay unique."""
         c = self.buffer.counts()
-        return max(self.stats.issued - c["groups_written"] - c.get("prompts_deadlettered", 0), 0)
+        if c["prompts_issued"] == 0:
+            return
+        version, _ = self.buffer.get_version()
+        for step in range((version + self.max_lag) // self.n_sgd + 1):
+            self.stats.per_step.setdefault(step, _StepState(topped_up_at=time.monotonic()))
+        self._serial = c["prompts_issued"] + c["deadlettered"]
 
     # ---- thread
     def start(self) -> PromptFeeder:
+        self._resume()
         self._thread = threading.Thread(target=self._loop, name="prompt-feeder", daemon=True)
         self._thread.start()
         return self

@@ -1,4 +1,5 @@
-"""Real servers for integration tests: one private redis-server for the whole session.
+"""Real servers for integration tests: one private redis-server for the whole session, and a
+Ray head a test owns (``ray_head``) for `ray job submit` and drivers run as subprocesses.
 
 Tests that need their own server (restarts, kill -9) start one with ``EmbeddedRedis`` in a
 temporary run dir and clean it up through :func:`own_redis`; the finalizers only ever signal a
@@ -8,11 +9,20 @@ pid that this session started.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
+import subprocess
+import sys
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import find_free_port
+
+VENV_BIN = Path(sys.executable).parent
 
 
 def _kill_pid(pid: int | None) -> None:
@@ -73,3 +83,56 @@ def _alive(pid: int | None) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE and "redis-server" in p.name()
     except Exception:
         return False
+
+
+@dataclass(frozen=True)
+class RayHead:
+    dashboard: str    # http://127.0.0.1:PORT, for `ray job submit --address`
+    gcs: str          # 127.0.0.1:PORT, for RAY_ADDRESS of a driver joining the cluster
+    env: dict         # environment with the head's token (RAY_AUTH_MODE/RAY_AUTH_TOKEN) and PATH
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    """A Ray head this test owns (its own process group, loopback only, token auth with a private
+    token), killed by process group afterwards. Ready when it has run a trivial job."""
+    gcs, dash = find_free_port(), find_free_port()
+    # Every fixed default port gets a free one: another Ray on this machine (the session's local Ray,
+    # a user's) already holds e.g. the job agent's 52365, and the head would then take no jobs.
+    ports = [f"--{name}={find_free_port()}" for name in (
+        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+        "metrics-export-port", "ray-client-server-port", "node-manager-port", "object-manager-port")]
+    # Token auth (as the README recommends), with a token private to this test instead of ~/.ray/auth_token.
+    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "RAY_DEDUP_LOGS": "0",
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+         "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
+         "--num-cpus", "6", "--include-dashboard", "true", "--disable-usage-stats", *ports],
+        env=env, stdout=open(tmp_path / "ray_head.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    deadline, last = time.monotonic() + 300, ""
+    while time.monotonic() < deadline:
+        # ready = a trivial job runs: `ray job list` answers before the job agent can take jobs
+        try:
+            probe = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--", "true"],
+                                   env=env, capture_output=True, text=True, timeout=90)
+            if probe.returncode == 0:
+                break
+            last = (probe.stdout + probe.stderr)[-1500:]
+        except subprocess.TimeoutExpired:
+            last = "probe job timed out after 90 s"
+        if proc.poll() is not None:
+            raise RuntimeError((tmp_path / "ray_head.log").read_text()[-3000:])
+        time.sleep(3)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise TimeoutError(f"ray head did not take a job in 300 s; last probe: {last}\n"
+                           f"head log: {(tmp_path / 'ray_head.log').read_text()[-2000:]}")
+    yield RayHead(dashboard=address, gcs=f"127.0.0.1:{gcs}", env=env)
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -10,17 +10,12 @@
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import find_free_port
 from tests.integration.test_monitor_notebook import _pngs, kernel_env, run_notebook  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -42,53 +37,8 @@ def _assert_accuracy_rose(summary: dict) -> None:
     assert best >= first + MIN_GAIN and last > first, f"accuracy did not rise: {evals}"
 
 
-@pytest.fixture
-def ray_head(tmp_path):
-    """A Ray head this test owns (its own process group, loopback only), killed by pgid afterwards."""
-    gcs, dash = find_free_port(), find_free_port()
-    # Every fixed default port gets a free one: another Ray on this machine (the session's local Ray,
-    # a user's) already holds e.g. the job agent's 52365, and the head would then take no jobs.
-    ports = [f"--{name}={find_free_port()}" for name in (
-        "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
-        "metrics-export-port", "ray-client-server-port", "node-manager-port", "object-manager-port")]
-    # Token auth (as the README recommends), with a token private to this test instead of ~/.ray/auth_token.
-    env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "RAY_DEDUP_LOGS": "0",
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-         "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-         "--num-cpus", "6", "--include-dashboard", "true", "--disable-usage-stats", *ports],
-        env=env, stdout=open(tmp_path / "ray_head.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
-    deadline, last = time.monotonic() + 300, ""
-    while time.monotonic() < deadline:
-        # ready = a trivial job runs: `ray job list` answers before the job agent can take jobs
-        try:
-            probe = subprocess.run([str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--", "true"],
-                                   env=env, capture_output=True, text=True, timeout=90)
-            if probe.returncode == 0:
-                break
-            last = (probe.stdout + probe.stderr)[-1500:]
-        except subprocess.TimeoutExpired:
-            last = "probe job timed out after 90 s"
-        if proc.poll() is not None:
-            raise RuntimeError((tmp_path / "ray_head.log").read_text()[-3000:])
-        time.sleep(3)
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise TimeoutError(f"ray head did not take a job in 300 s; last probe: {last}\n"
-                           f"head log: {(tmp_path / 'ray_head.log').read_text()[-2000:]}")
-    yield address, env
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel_env):  # noqa: F811
-    address, env = ray_head
+    address, env = ray_head.dashboard, ray_head.env
     run_dir, run_id = tmp_path / "runs", "onpolicy-e2e"
     runtime_env = {"env_vars": {"LAGRL_CACHE": str(tiny_world.root.parent), "VLLM_CPU_KVCACHE_SPACE": "1"}}
     cmd = [str(VENV_BIN / "ray"), "job", "submit", "--address", address, "--working-dir", str(REPO),

@@ -25,6 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.integration.processes import wait_until
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,15 +65,7 @@ class DriverRun:
         return int(self.client.xlen(self.keys.metrics))
 
     def wait_for(self, condition, what: str, timeout_s: float = 300.0):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            if self.proc.poll() is not None:
-                pytest.fail(f"driver exited ({self.proc.returncode}) before {what}:\n{self.log_tail()}")
-            time.sleep(0.2)
-        pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}:\n{self.log_tail()}")
+        return wait_until(condition, what, timeout_s, self.proc, self.log_tail)
 
     def finish(self, timeout_s: float = 300.0) -> dict:
         try:
