@@ -15,7 +15,8 @@ of ``--batch`` and ACK each batch.
 
 MB/s counts payload bytes (one write plus one read of each group). After one warm-up pass of
 each path, the paths alternate ``--repeats`` times and the fastest pass of each counts (other
-processes on a shared machine only ever slow a pass down). CPU ms/group (this process plus
+processes on a shared machine only ever slow a pass down); the ratio of the medians is printed
+beside it as a stability check. CPU ms/group (this process plus
 redis-server, from INFO cpu) is printed too: it is much less sensitive to such contention.
 Retention keeps every group during a pass (memory is freed after the timer, as for raw).
 """
@@ -23,6 +24,7 @@ Retention keeps every group during a pass (memory is freed after the timer, as f
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -120,7 +122,7 @@ def main() -> int:
           f"batch {args.batch}, best of {args.repeats}, appendfsync {args.appendfsync}")
     print(f"{'tokens':>7} {'MB/group':>9} {'path':>7} {'groups/s':>9} {'MB/s':>8} {'CPU ms/group':>13} "
           f"{'ratio':>6} {'CPU ratio':>10}")
-    ratios = {}
+    ratios, medians = {}, {}
     with tempfile.TemporaryDirectory(prefix="lagrl-bench-") as tmp, \
             EmbeddedRedis(tmp, args.appendfsync, stop_at_exit=True) as server:
         for tokens in token_sizes:
@@ -131,12 +133,17 @@ def main() -> int:
                     "buffer": lambda: run_buffer(server.url, groups, args.window, args.batch)}
             for run in runs.values():             # warm-up: script cache, allocator, page cache
                 run()
-            wall, cpu = {p: float("inf") for p in runs}, {p: float("inf") for p in runs}
+            walls, cpus = {p: [] for p in runs}, {p: [] for p in runs}
             for _ in range(args.repeats):          # alternate, so load drift hits both alike
                 for path, run in runs.items():
                     m = run()
-                    wall[path], cpu[path] = min(wall[path], m.wall), min(cpu[path], m.cpu)
+                    walls[path].append(m.wall)
+                    cpus[path].append(m.cpu)
+            wall = {p: min(v) for p, v in walls.items()}
+            cpu = {p: min(v) for p, v in cpus.items()}
             ratios[tokens] = (wall["raw"] / wall["buffer"], cpu["raw"] / cpu["buffer"])
+            medians[tokens] = (statistics.median(walls["raw"]) / statistics.median(walls["buffer"]),
+                               statistics.median(cpus["raw"]) / statistics.median(cpus["buffer"]))
             for path in runs:
                 t = wall[path]
                 print(f"{tokens:>7} {mb / args.groups:>9.2f} {path:>7} {args.groups / t:>9.1f} "
@@ -149,6 +156,8 @@ def main() -> int:
 
     print("ratio buffer/raw (wall | CPU): " + ", ".join(f"{t} tokens {w:.2f} | {c:.2f}" for t, (w, c) in ratios.items())
           + f"  -> target 0.80 at {key} tokens: wall {verdict(wall_ratio)}, CPU {verdict(cpu_ratio)}")
+    print("  median of passes (wall | CPU): "
+          + ", ".join(f"{t} tokens {w:.2f} | {c:.2f}" for t, (w, c) in medians.items()))
     return 0
 
 
