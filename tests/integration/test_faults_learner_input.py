@@ -257,7 +257,7 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
     injector.join(timeout=30)
     if "error" in found:
         raise found["error"]
-    assert found.get("injected"), "the run finished before the injection"
+    assert found.get("exposure_checked") and found.get("injected"), "the run finished before the injection"
     bad = found["bad"]
     metrics = _metrics(run_path)
     assert [m["step"] for m in metrics] == list(range(steps))
@@ -306,18 +306,22 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
 
 
 def _inject(run_path: Path, run_id: str, cfg, renderer, found: dict) -> None:
-    """Wait for step 0, inject the bad groups and prompts, check the driver's redis-server exposure."""
-    import redis as redis_py
-
+    """Check the driver's redis-server exposure as soon as it is up (the run cannot have ended
+    yet), then wait for step 0 and inject the bad groups and prompts."""
     from buffer import RunBuffer
     from buffer.keys import PAYLOAD
     from buffer.schema import PromptMsg
 
     deadline = time.monotonic() + 300
-    while not (run_path / "redis_url.txt").exists() or not _metrics(run_path):
-        assert time.monotonic() < deadline, "no step 0 after 300 s"
+    while not (run_path / "redis_url.txt").exists():
+        assert time.monotonic() < deadline, "the driver wrote no redis_url.txt after 300 s"
         time.sleep(0.2)
     url = (run_path / "redis_url.txt").read_text().strip()
+    _check_redis_exposure(run_path, url)
+    found["exposure_checked"] = True
+    while not _metrics(run_path):
+        assert time.monotonic() < deadline, "no step 0 after 300 s"
+        time.sleep(0.2)
     buf = RunBuffer.from_url(url, run_id, cfg.buffer)
     found["bad"] = bad = _bad_groups(cfg.buffer.max_message_bytes)
     for payload in bad.values():                    # by hand: never counted as written
@@ -335,20 +339,26 @@ def _inject(run_path: Path, run_id: str, cfg, renderer, found: dict) -> None:
                   prompt_ids=np.asarray(renderer.ids(""), dtype=np.int32), **{**prompt, "answer": ""}),
     ])
     found["injected"] = True
+    buf.close()
 
-    # exposure (a): the driver's own embedded redis-server: loopback only, no unauthenticated client
+
+def _check_redis_exposure(run_path: Path, url: str) -> None:
+    """The driver's own embedded redis-server: loopback only, and a client without the password is
+    refused. The probe is one raw RESP PING on a plain socket: redis-py retries an
+    AuthenticationError (a ConnectionError subclass) with backoff for ~4 s, long enough for a short
+    run to stop its server and turn the answer into "connection refused"."""
     redis_pid = json.loads((run_path / "redis.json").read_text())["pid"]
     listening = [c.laddr for c in psutil.Process(redis_pid).net_connections(kind="inet")
                  if c.status == psutil.CONN_LISTEN]
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     print(f"[exposure] driver's redis-server pid {redis_pid} listens on {listening}")
     assert listening and all(a.ip == "127.0.0.1" for a in listening), listening
-    try:
-        redis_py.Redis(host="127.0.0.1", port=port, socket_timeout=5).ping()
-        raise AssertionError("unauthenticated PING accepted")
-    except redis_py.AuthenticationError:
-        pass
-    buf.close()
+    assert port in {a.port for a in listening}, (port, listening)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+        reply = sock.recv(256)
+    print(f"[exposure] unauthenticated PING answered {reply[:60]!r}")
+    assert reply.startswith(b"-NOAUTH"), reply
 
 
 def _all_groups(client, run_id: str):
