@@ -33,10 +33,19 @@ printed, so an idle side that is not idle would show; tokens per CPU second of t
 give a second ratio that other load on the machine disturbs much less than wall time (it does
 not see time the actor loop spends waiting on Redis).
 
+Scoring (``--scoring``): ``inline`` scores every group with math-verify in the actor's process
+tree, as in the tests; ``none`` gives the actor a scorer that returns reward 0 without looking
+(``UnscoredRewards`` below, benchmark-only). The tiny model's answers are ~7 tokens, so here
+math-verify costs about as much CPU per token as generation itself (~2000 verifications/s,
+bench/reward_throughput.py) and competes with the engine for the machine's 2 cores; with
+1K-16K-token answers it is ~1000x smaller per token, and in a run the RewardPool's Ray workers
+do it on other cores. ``none`` isolates what the actor itself adds (admission from Redis,
+engine driving, log-prob capture, encoding, group write + ACK, heartbeats); both are printed.
+
 Noise on a busy 2-core machine: each side is warmed up first (engine, prefix cache, the reward
-verifier's import), then the phases alternate actor, bare, actor, bare ... ``--repeats`` times;
-each pair gives a ratio actor/bare, and the median ratio is the result (load drift hits both
-members of a pair alike). Prompt ids are fresh per phase (a group id is consumed only once);
+verifier's import), then rounds of one phase per side (each actor variant, then bare) run
+``--repeats`` times; each round gives a ratio actor/bare per variant, and the median ratio is the
+result (load drift hits the members of a round alike). Prompt ids are fresh per phase (a group id is consumed only once);
 the problems themselves repeat, so prefix caching helps both sides equally.
 """
 
@@ -61,11 +70,13 @@ def parse_args() -> argparse.Namespace:
                    help="prompts per timed phase (tiny-model answers average ~7 tokens: ~15 s a phase here)")
     p.add_argument("--group-size", type=int, default=16, help="responses per prompt (n)")
     p.add_argument("--max-tokens", type=int, default=64, help="response budget per sample")
-    p.add_argument("--repeats", type=int, default=3, help="timed (actor, bare) pairs; the median ratio counts")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds (one phase per side); the median ratio counts")
     p.add_argument("--warmup-prompts", type=int, default=32, help="prompts of the untimed warm-up phase per side")
     p.add_argument("--max-prompts-in-flight", type=int, default=64, help="ActorConfig.max_prompts_in_flight")
     p.add_argument("--max-model-len", type=int, default=256, help="engine context length (tiny model: 256)")
     p.add_argument("--num-cpus", type=float, default=1.0, help="Ray CPUs per engine actor (both sides)")
+    p.add_argument("--scoring", default="inline,none",
+                   help="comma-separated actor variants: inline (math-verify in the actor), none (reward 0)")
     return p.parse_args()
 
 
@@ -82,6 +93,15 @@ def _cpu_seconds(pid: int) -> float:
         except psutil.Error:
             pass
     return total
+
+
+class UnscoredRewards:
+    """Benchmark-only scorer: reward 0 for every response, no verification (``--scoring none``)."""
+
+    def score(self, texts, answer, data_source=""):
+        from rewards.result import RewardResult
+
+        return [RewardResult(reward=0.0, reason="wrong", extracted=None) for _ in texts]
 
 
 class BareEngineImpl:
@@ -161,6 +181,10 @@ def main() -> int:
     from launch.tiny.build import ensure_tiny_world
     from launch.tiny.task import read_jsonl
 
+    variants = [v.strip() for v in args.scoring.split(",") if v.strip()]
+    unknown = set(variants) - {"inline", "none"}
+    if unknown or not variants:
+        raise SystemExit(f"--scoring: unknown variant(s) {sorted(unknown)}; use inline and/or none")
     world = ensure_tiny_world()
     model_dir = str(world.model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -171,76 +195,86 @@ def main() -> int:
                       max_model_len=args.max_model_len, max_prompts_in_flight=args.max_prompts_in_flight,
                       num_cpus=args.num_cpus)
     print(f"actor throughput: {args.prompts} prompts x n {args.group_size}, max_tokens {args.max_tokens}, "
-          f"{args.repeats} pairs, max_prompts_in_flight {cfg.max_prompts_in_flight}, num_cpus {cfg.num_cpus}, "
-          f"kv {cfg.cpu_kv_cache_gib} GiB, enforce_eager {cfg.enforce_eager}", flush=True)
+          f"{args.repeats} rounds, scoring {variants}, max_prompts_in_flight {cfg.max_prompts_in_flight}, "
+          f"num_cpus {cfg.num_cpus}, kv {cfg.cpu_kv_cache_gib} GiB, enforce_eager {cfg.enforce_eager}", flush=True)
 
-    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    sides = [f"actor/{v}" for v in variants] + ["bare"]
     env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib), "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.TemporaryDirectory(prefix="lagrl-bench-actor-") as tmp, \
             EmbeddedRedis(tmp, stop_at_exit=True) as server:
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                 num_cpus=max(2, int(2 * args.num_cpus + 0.999)), log_to_driver=False,
+                 num_cpus=max(2, int((len(variants) + 1) * args.num_cpus + 0.999)), log_to_driver=False,
                  configure_logging=False, runtime_env={"env_vars": env})
-        actor = bare = loop = None
+        actors, bare, loops, info, runners = {}, None, [], {}, {}
         try:
-            t = time.perf_counter()
-            [actor] = create_generation_actors(cfg, run_id, server.url, model_dir)
-            loop = start_loops([actor])
-            status = ray.get(actor.status.remote(), timeout=600)     # returns once the engine is built
-            print(f"  actor engine ready in {time.perf_counter() - t:.0f} s", flush=True)
+            for v in variants:    # one actor per variant, each in its own run namespace (own prompts stream)
+                t = time.perf_counter()
+                run_id = f"bench-{uuid.uuid4().hex[:8]}"
+                [actor] = create_generation_actors(cfg, run_id, server.url, model_dir,
+                                                   reward_scorer=UnscoredRewards() if v == "none" else None)
+                actors[f"actor/{v}"] = (actor, RunBuffer.from_url(server.url, run_id))
+                loops += start_loops([actor])
+                ray.get(actor.status.remote(), timeout=600)     # returns once the engine is built
+                info[f"actor/{v}"] = ray.get(actor.__ray_call__.remote(lambda _self: engine_info()), timeout=600)
+                print(f"  actor/{v} engine ready in {time.perf_counter() - t:.0f} s", flush=True)
             t = time.perf_counter()
             bare = ray.remote(BareEngineImpl).options(num_cpus=cfg.num_cpus, runtime_env={"env_vars": env}) \
                 .remote(cfg, model_dir)
-            info = {"actor": ray.get(actor.__ray_call__.remote(lambda _self: engine_info()), timeout=600),
-                    "bare": ray.get(bare.__ray_call__.remote(lambda _self: engine_info()), timeout=600)}
+            info["bare"] = ray.get(bare.__ray_call__.remote(lambda _self: engine_info()), timeout=600)
             print(f"  bare engine ready in {time.perf_counter() - t:.0f} s", flush=True)
             for side, i in info.items():
-                print(f"  {side:>5} engine process: pid {i['pid']}, torch threads {i['torch_threads']}, "
+                print(f"  {side:>12} engine process: pid {i['pid']}, torch threads {i['torch_threads']}, "
                       f"OMP_NUM_THREADS {i['omp']}, cpus {i['cpus']}", flush=True)
-
-            buf = RunBuffer.from_url(server.url, run_id)
             counter = iter(range(1 << 30))
 
-            def run_actor(count: int) -> tuple[int, float, dict]:
-                prompts = make_prompts(tok, problems[:count], args.group_size, args.max_tokens,
-                                       f"{run_id}-p{next(counter)}")
-                cpu0 = {s: _cpu_seconds(i["pid"]) for s, i in info.items()}
-                tokens, seconds = actor_phase(buf, prompts)
-                return tokens, seconds, {s: _cpu_seconds(i["pid"]) - cpu0[s] for s, i in info.items()}
+            def cpu_now() -> dict:
+                return {s: _cpu_seconds(i["pid"]) for s, i in info.items()}
+
+            def actor_runner(buf):
+                def run(count: int) -> tuple[int, float, dict]:
+                    prompts = make_prompts(tok, problems[:count], args.group_size, args.max_tokens,
+                                           f"p{next(counter)}")
+                    cpu0 = cpu_now()
+                    tokens, seconds = actor_phase(buf, prompts)
+                    return tokens, seconds, {s: c - cpu0[s] for s, c in cpu_now().items()}
+                return run
 
             def run_bare(count: int) -> tuple[int, float, dict]:
                 ids = [tok(p.prompt)["input_ids"] for p in problems[:count]]
-                cpu0 = {s: _cpu_seconds(i["pid"]) for s, i in info.items()}
+                cpu0 = cpu_now()
                 tokens, seconds = ray.get(bare.generate.remote(ids, args.group_size, args.max_tokens))
-                return tokens, seconds, {s: _cpu_seconds(i["pid"]) - cpu0[s] for s, i in info.items()}
+                return tokens, seconds, {s: c - cpu0[s] for s, c in cpu_now().items()}
 
-            for side, run in (("actor", run_actor), ("bare", run_bare)):
+            runners = {side: actor_runner(buf) for side, (_, buf) in actors.items()} | {"bare": run_bare}
+            for side, run in runners.items():
                 tokens, seconds, _ = run(args.warmup_prompts)
-                print(f"  warm-up {side:>5}: {tokens} tokens in {seconds:.1f} s", flush=True)
+                print(f"  warm-up {side:>12}: {tokens} tokens in {seconds:.1f} s", flush=True)
 
-            pairs = []
-            print(f"  {'pair':>4} {'side':>5} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} "
-                  f"{'CPU s actor':>12} {'CPU s bare':>11}", flush=True)
+            rounds = []
+            print(f"  {'round':>5} {'side':>12} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} "
+                  + " ".join(f"{'CPU s ' + s:>17}" for s in sides), flush=True)
             for rep in range(args.repeats):
                 row = {}
-                for side, run in (("actor", run_actor), ("bare", run_bare)):
+                for side, run in runners.items():   # alternate, so load drift hits every side alike
                     tokens, seconds, cpu = run(args.prompts)
                     row[side] = tokens / seconds
                     row[f"{side}_cpu"] = tokens / max(cpu[side], 1e-9)
-                    print(f"  {rep:>4} {side:>5} {tokens:>7} {seconds:>8.2f} {row[side]:>9.0f} "
-                          f"{cpu['actor']:>12.1f} {cpu['bare']:>11.1f}", flush=True)
-                pairs.append(row)
-            status = ray.get(actor.status.remote(), timeout=60)
-            if status["last_error"]:
-                print(f"  actor last_error: {status['last_error']}", flush=True)
+                    print(f"  {rep:>5} {side:>12} {tokens:>7} {seconds:>8.2f} {row[side]:>9.0f} "
+                          + " ".join(f"{cpu[s]:>17.1f}" for s in sides), flush=True)
+                rounds.append(row)
+            for side, (actor, _) in actors.items():
+                status = ray.get(actor.status.remote(), timeout=60)
+                if status["last_error"]:
+                    print(f"  {side} last_error: {status['last_error']}", flush=True)
         finally:
-            if loop is not None:
+            handles = [a for a, _ in actors.values()]
+            if loops:
                 try:
-                    fan_out([actor], "stop", timeout=60)
-                    ray.get(loop, timeout=60)
+                    fan_out(handles, "stop", timeout=60)
+                    ray.get(loops, timeout=60)
                 except Exception as exc:  # report, still clean up
-                    print(f"  stopping the actor: {type(exc).__name__}: {exc}", flush=True)
-            for handle in (actor, bare):
+                    print(f"  stopping the actors: {type(exc).__name__}: {exc}", flush=True)
+            for handle in [*handles, bare]:
                 if handle is not None:
                     ray.kill(handle)
             ray.shutdown()
@@ -248,14 +282,14 @@ def main() -> int:
     def fmt(values: list[float], spec: str) -> str:
         return f"{', '.join(format(v, spec) for v in values)} (median {statistics.median(values):{spec}})"
 
-    for side in ("actor", "bare"):
-        print(f"tokens/s {side + ':':<6} {fmt([r[side] for r in pairs], '.0f')}")
-    ratios = [r["actor"] / r["bare"] for r in pairs]
-    med = statistics.median(ratios)
-    print(f"tokens per engine-CPU-second ratio actor/bare (less sensitive to other load): "
-          f"{fmt([r['actor_cpu'] / r['bare_cpu'] for r in pairs], '.3f')}")
-    verdict = "meets" if med >= 0.9 else "BELOW"
-    print(f"ratio actor/bare (wall) per pair: {fmt(ratios, '.3f')} -> target 0.90: {verdict}")
+    for side in sides:
+        print(f"tokens/s {side + ':':<13} {fmt([r[side] for r in rounds], '.0f')}")
+    for side in sides[:-1]:
+        ratios = [r[side] / r["bare"] for r in rounds]
+        cpu_ratios = [r[f"{side}_cpu"] / r["bare_cpu"] for r in rounds]
+        verdict = "meets" if statistics.median(ratios) >= 0.9 else "BELOW"
+        print(f"ratio {side}/bare: wall per round {fmt(ratios, '.3f')} -> target 0.90: {verdict}; "
+              f"per engine-CPU-second {fmt(cpu_ratios, '.3f')}")
     return 0
 
 
