@@ -4,13 +4,18 @@ It runs in a thread beside the learner and releases prompts only when they are a
 a prompt for learner step s needs policy version `min_version_for_step(s, N_SGD, max_lag)`,
 so it is issued once the published version reaches that (strict on-policy: step s's prompts
 appear exactly when version s exists; off-policy: up to max_lag versions early, so generation
-overlaps training). Each step first gets D_R prompts; if the learner is still waiting once all
-of them are answered (dynamic sampling rejected zero-advantage groups), it gets D_R/2 more.
+overlaps training). Each step first gets D_R prompts. Dynamic sampling rejects zero-advantage
+groups, so the learner may still lack valid groups once all of them are answered: it publishes how
+many (``learner_need`` in the meta hash, re-sent on every empty read), and the feeder tops up 1.5x
+that. A top-up larger than the need ends up stale in strict on-policy mode (generated for a step
+that is already complete), so the hint replaces a fixed D_R/2. Without a hint for the step after
+``hint_wait_s`` (a learner that publishes none), it falls back to D_R/2.
 Prompts that cannot fit the context are dead-lettered here with a reason, never dropped silently.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -26,7 +31,7 @@ from launch.data import Problem, PromptRenderer
 @dataclass
 class _StepState:
     issued: int = 0
-    topped_up_at: float = 0.0
+    answered_at: float | None = None   # unix time all issued prompts were first seen answered
 
 
 @dataclass
@@ -40,7 +45,7 @@ class FeedStats:
 class PromptFeeder:
     def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, rollout_batch: int,
                  n_sgd: int, max_lag: int, group_size: int, max_model_len: int, stage_tokens,
-                 seed: int = 0, grace_s: float = 0.5):
+                 seed: int = 0, hint_wait_s: float = 2.0):
         self.buffer, self.renderer = buffer, renderer
         self.rollout_batch, self.n_sgd, self.max_lag = rollout_batch, n_sgd, max_lag
         self.group_size, self.max_model_len = group_size, max_model_len
@@ -49,7 +54,7 @@ class PromptFeeder:
         self.rng = random.Random(seed)
         self.order: list[Problem] = []
         self.solved: set[str] = set()             # online filter: accuracy reached 1
-        self.grace_s = grace_s
+        self.hint_wait_s = hint_wait_s
         self.stats = FeedStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,10 +109,23 @@ class PromptFeeder:
             if step not in self.stats.per_step:
                 self.issue(step, self.rollout_batch)
         state = self.stats.per_step[learner_step]
-        if self.outstanding() == 0 and time.monotonic() - state.topped_up_at > self.grace_s:
-            # everything issued is answered, yet the learner is still on this step: top up
-            state.topped_up_at = time.monotonic()
-            self.issue(learner_step, max(self.rollout_batch // 2, 1))
+        if self.outstanding() > 0:
+            state.answered_at = None
+            return
+        now = time.time()
+        if state.answered_at is None:
+            state.answered_at = now
+        need = self.buffer.get_meta().get("learner_need")
+        if isinstance(need, dict) and need.get("step") == learner_step:
+            # everything issued is answered; top up only if the learner said so since then
+            if need.get("groups", 0) > 0 and need.get("time", 0.0) > state.answered_at:
+                self._top_up(state, learner_step, math.ceil(1.5 * need["groups"]), now)
+        elif now - state.answered_at > self.hint_wait_s:
+            self._top_up(state, learner_step, max(self.rollout_batch // 2, 1), now)
+
+    def _top_up(self, state: _StepState, step: int, count: int, now: float) -> None:
+        self.issue(step, count)
+        state.answered_at = None if self.outstanding() > 0 else now
 
     def outstanding(self) -> int:
         """Prompts issued but not yet turned into a group (or dead-lettered)."""
@@ -124,7 +142,7 @@ class PromptFeeder:
             return
         version, _ = self.buffer.get_version()
         for step in range((version + self.max_lag) // self.n_sgd + 1):
-            self.stats.per_step.setdefault(step, _StepState(topped_up_at=time.monotonic()))
+            self.stats.per_step.setdefault(step, _StepState())
         self._serial = c["prompts_issued"] + c["deadlettered"]
 
     # ---- thread

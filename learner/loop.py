@@ -154,10 +154,19 @@ class Learner:
             for entry_id, group in got:
                 col.read += 1
                 self._admit(entry_id, group, col)
-            if not got and deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"step {self.steps_done}: {len(col.entries)}/{cfg.rollout_batch} valid "
-                                   f"groups after {cfg.data_timeout_s}s ({col.read} read)")
+            if not got:
+                self._publish_need(cfg.rollout_batch - len(col.entries))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"step {self.steps_done}: {len(col.entries)}/{cfg.rollout_batch} valid "
+                                       f"groups after {cfg.data_timeout_s}s ({col.read} read)")
+        self._publish_need(0)
         return col
+
+    def _publish_need(self, groups: int) -> None:
+        """Tell the feeder how many valid groups this step still lacks (``learner_need`` in the run's
+        meta hash), so dynamic sampling tops up what is missing, not a fixed D_R/2 that ends up stale.
+        Re-published on every empty read: the feeder only trusts a hint newer than its last answer."""
+        self.buffer.set_meta(learner_need={"step": self.steps_done, "groups": groups, "time": time.time()})
 
     def _admit(self, entry_id: str, g: Group, col: _Collected) -> None:
         """Classify one group read from the buffer: duplicate, future, stale, zero-advantage, valid."""

@@ -1,0 +1,83 @@
+"""Dynamic-sampling top-ups follow the learner's published need (real redis-server, tiny tokenizer)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from buffer import RunBuffer
+from buffer.samples import make_group
+from launch.data import PromptRenderer, Problem
+from launch.feeder import PromptFeeder
+
+pytestmark = pytest.mark.integration
+D_R = 8
+
+
+@pytest.fixture
+def buf(redis_server, run_id):
+    buffer = RunBuffer.from_url(redis_server.url, run_id)
+    yield buffer
+    buffer.close()
+
+
+def _feeder(buf, tiny_world, hint_wait_s: float) -> PromptFeeder:
+    from transformers import AutoTokenizer
+
+    renderer = PromptRenderer(AutoTokenizer.from_pretrained(str(tiny_world.model_dir)), chat_template=False,
+                              template="Q: {problem}\nA: ")
+    problems = [Problem(id=f"p{i}", data_source="tiny_arith", problem=f"{i}+1", answer=str(i + 1))
+                for i in range(50)]
+    return PromptFeeder(buf, problems, renderer, rollout_batch=D_R, n_sgd=1, max_lag=0, group_size=2,
+                        max_model_len=256, stage_tokens=lambda step: (0, 16), hint_wait_s=hint_wait_s)
+
+
+def _answer_all(buf: RunBuffer) -> int:
+    """Play the actor: turn every open prompt into a stored group (which ACKs the prompt)."""
+    taken = buf.take_prompts("actor-0", count=100, block_ms=0)
+    for entry_id, prompt in taken:
+        buf.put_group(make_group(prompt.prompt_id, n=prompt.n_samples), entry_id)
+    return len(taken)
+
+
+def _need(buf: RunBuffer, groups: int, step: int = 0, at: float | None = None) -> None:
+    buf.set_meta(learner_need={"step": step, "groups": groups, "time": time.time() if at is None else at})
+
+
+def test_top_up_is_the_learners_need_times_1_5_and_only_after_a_fresh_hint(buf, tiny_world):
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0)
+    feeder.tick()
+    assert feeder.outstanding() == D_R and feeder.stats.per_step[0].issued == D_R
+
+    before_answers = time.time()
+    _need(buf, 8)                       # published while the first batch is still being generated
+    assert _answer_all(buf) == D_R
+    feeder.tick()                       # all answered, but that hint predates the answers
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R
+
+    _need(buf, 3)                       # the learner read everything and still lacks 3 valid groups
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R + 5      # ceil(1.5 * 3)
+    feeder.tick()                       # the top-up is outstanding: nothing more
+    assert feeder.stats.per_step[0].issued == D_R + 5
+
+    assert _answer_all(buf) == 5
+    _need(buf, 2, at=before_answers)    # an old hint is not trusted
+    feeder.tick()
+    _need(buf, 0)                       # the learner has its D_R valid groups: no top-up
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R + 5 and feeder.outstanding() == 0
+
+
+def test_without_a_hint_for_the_step_it_falls_back_to_half_a_batch(buf, tiny_world):
+    feeder = _feeder(buf, tiny_world, hint_wait_s=0.3)
+    feeder.tick()
+    _answer_all(buf)
+    _need(buf, 5, step=7)               # a hint about another step does not count
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R
+    time.sleep(0.4)
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R + D_R // 2
