@@ -160,8 +160,8 @@ class RunBuffer:
     def set_meta(self, **fields) -> None:
         self._telemetry.set_meta(**fields)
 
-    def get_meta(self) -> dict:
-        return self._telemetry.get_meta()
+    def get_meta(self, *fields: str) -> dict:
+        return self._telemetry.get_meta(*fields)
 
     def counts(self) -> dict:
         """Audit figures: every issued prompt is answered, dead-lettered or still pending."""

@@ -37,8 +37,12 @@ class Telemetry:
         if fields:
             self.client.hset(self.keys.meta, mapping={k: json.dumps(v, default=str) for k, v in fields.items()})
 
-    def get_meta(self) -> dict:
-        return decode_meta(self.client.hgetall(self.keys.meta))
+    def get_meta(self, *fields: str) -> dict:
+        """The whole meta hash, or only ``fields`` (absent ones are left out)."""
+        if not fields:
+            return decode_meta(self.client.hgetall(self.keys.meta))
+        values = self.client.hmget(self.keys.meta, fields)
+        return decode_meta({f.encode(): v for f, v in zip(fields, values) if v is not None})
 
 
 def decode_meta(raw: dict[bytes, bytes]) -> dict:

@@ -115,7 +115,7 @@ class PromptFeeder:
         now = time.time()
         if state.answered_at is None:
             state.answered_at = now
-        need = self.buffer.get_meta().get("learner_need")
+        need = self.buffer.get_meta("learner_need").get("learner_need")   # not the whole hash: it holds the config
         if isinstance(need, dict) and need.get("step") == learner_step:
             # everything issued is answered; top up only if the learner said so since then
             if need.get("groups", 0) > 0 and need.get("time", 0.0) > state.answered_at:
@@ -124,8 +124,8 @@ class PromptFeeder:
             self._top_up(state, learner_step, max(self.rollout_batch // 2, 1), now)
 
     def _top_up(self, state: _StepState, step: int, count: int, now: float) -> None:
-        self.issue(step, count)
-        state.answered_at = None if self.outstanding() > 0 else now
+        issued = self.issue(step, count)      # 0 if every prompt was too long (dead-lettered)
+        state.answered_at = None if issued else now
 
     def outstanding(self) -> int:
         """Prompts issued but not yet turned into a group (or dead-lettered)."""

@@ -301,6 +301,7 @@ def test_meta_metrics_heartbeat_round_trip(make_buf):
     buf = make_buf()
     buf.set_meta(config={"lr": 1e-6, "steps": 3}, model_path="/m", tokenizer_path="/t")
     assert buf.get_meta() == {"config": {"lr": 1e-6, "steps": 3}, "model_path": "/m", "tokenizer_path": "/t"}
+    assert buf.get_meta("model_path", "absent") == {"model_path": "/m"}
     entry = buf.write_metrics({"step": 1, "lag/hist": {0: 4}})
     assert entry and buf.client.xlen(buf.keys.metrics) == 1
     buf.heartbeat("actor-0", {"version": 2})
