@@ -23,7 +23,7 @@ from buffer.config import BufferConfig
 from buffer.deadletter import DeadLetterLog
 from buffer.keys import PAYLOAD, RunKeys, StreamSpec
 from buffer.schema import InvalidMessage
-from buffer.scripts import ACK, Scripts, id_key, id_score, queue_eval
+from buffer.scripts import ACK, Scripts, queue_eval
 
 T = TypeVar("T")
 Entry = tuple[str, "bytes | None"]     # (stream id, payload or None if the entry was deleted)
@@ -170,33 +170,7 @@ class StreamQueue(Generic[T]):
 
     def trim(self, retention: int) -> int:
         """Drop ACKed entries older than the newest ``retention`` ones; never an unconsumed entry."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xpending(self.spec.key, self.spec.group)
-        pipe.xinfo_groups(self.spec.key)
-        pipe.zcard(self.spec.acked)
-        pending, groups, n_acked = pipe.execute()
-        if n_acked <= retention:
-            return 0
-        # everything below `floor` is ACKed: it is <= the oldest pending and the last delivered id
-        info = next(g for g in groups if _text(g["name"]) == self.spec.group)
-        floor = _text(info["last-delivered-id"])
-        if pending["pending"]:
-            floor = min(floor, _text(pending["min"]), key=id_key)
-        [cut] = self.client.zrange(self.spec.acked, n_acked - retention - 1, n_acked - retention - 1)
-        # keep `cut`'s successor and everything newer -> MINID just above the retention boundary
-        minid = min(_next_id(_text(cut)), floor, key=id_key)
-        if minid == "0-0":
-            return 0
-        pipe = self.client.pipeline(transaction=True)
-        pipe.xtrim(self.spec.key, minid=minid, approximate=False)   # exact: '~' trims whole nodes only
-        pipe.zremrangebyscore(self.spec.acked, "-inf", f"({id_score(minid)}")
-        trimmed, _ = pipe.execute()
-        return int(trimmed)
-
-
-def _next_id(entry_id: str) -> str:
-    ms, seq = id_key(entry_id)
-    return f"{ms}-{seq + 1}"
+        return int(self.scripts.trim(keys=[self.spec.key, self.spec.acked], args=[self.spec.group, retention]))
 
 
 def _text(value: bytes | str) -> str:

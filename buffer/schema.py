@@ -1,8 +1,19 @@
 """Messages that cross the buffer: prompts, trajectory groups, metrics.
 
-Every payload is one msgpack map with a ``schema`` integer so old runs stay readable.
-Token ids travel as little-endian int32 bytes and log-probs as little-endian float32
-bytes (DESIGN.md §2): a 16K-token response is 64 KiB of bytes, not 16K msgpack ints.
+Every payload carries a ``schema`` integer so old runs stay readable. Prompts and metrics are
+one msgpack map (schema 1). Token ids travel as little-endian int32 bytes and log-probs as
+little-endian float32 bytes (DESIGN.md §2): a 16K-token response is 64 KiB, not 16K msgpack ints.
+
+A trajectory group (schema 2) is framed so the reader never copies its arrays::
+
+    b"\xc1LG\x02" | u32 LE header length H | msgpack header map (H bytes) | zero pad to 8
+    | int32 token ids of all responses, back to back | float32 log-probs, same order
+
+The header holds the scalars and one ``lengths`` entry per response. 0xC1 is never valid msgpack,
+so a frame cannot be mistaken for a schema-1 group (one msgpack map with a bin per array), which
+is still decoded. Why frame: msgpack copies every bin on unpacking (0.5 MB per 4K-token group,
+plus a second copy to validate it in one pass); the frame's arrays are numpy views of the bytes
+redis-py returned, checked with three reductions (bench/buffer_throughput.py: -50 us per group).
 
 Decoding never trusts the payload: :func:`decode_prompt` / :func:`decode_group` raise
 :class:`InvalidMessage` with a short reason, which the stream readers turn into a
@@ -12,6 +23,7 @@ dead-letter entry (never a crash, never a silent drop).
 from __future__ import annotations
 
 import math
+import struct
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,8 +32,11 @@ from typing import Any, Iterator
 import msgpack
 import numpy as np
 
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMAS = frozenset({1})
+SCHEMA_VERSION = 1                  # prompts, metrics, schema-1 groups
+GROUP_SCHEMA = 2                    # framed groups (written since schema 2)
+SUPPORTED_SCHEMAS = frozenset({1})  # msgpack-map payloads
+GROUP_MAGIC = b"\xc1LG\x02"
+_PREFIX = struct.Struct("<4sI")     # magic, header length
 
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
@@ -142,44 +157,76 @@ def encode_prompt(p: PromptMsg) -> bytes:
     })
 
 
-def _group_map(g: Group) -> dict[str, Any]:
+def _array(values: Any, dtype: np.dtype) -> np.ndarray:
+    """A 1-D array of ``dtype``: the array itself when it already is one (no copy)."""
+    if type(values) is np.ndarray and values.dtype == dtype and values.ndim == 1:
+        return values
+    return np.asarray(values, dtype=dtype).reshape(-1)
+
+
+def _group_header(g: Group, lengths: list[int]) -> dict[str, Any]:
+    rs = g.responses
     return {
-        "schema": SCHEMA_VERSION, "kind": "group", "group_id": g.group_id, "prompt_id": g.prompt_id,
+        "schema": GROUP_SCHEMA, "kind": "group", "group_id": g.group_id, "prompt_id": g.prompt_id,
         "data_source": g.data_source, "step": g.step, "stage": g.stage,
         "prompt_ids": _bin(g.prompt_ids, _I32), "answer": g.answer, "actor_id": g.actor_id,
-        "created_at": g.created_at, "finished_at": g.finished_at,
-        "responses": [{
-            "token_ids": _bin(r.token_ids, _I32), "logprobs": _bin(r.logprobs, _F32),
-            "finish_reason": r.finish_reason, "version_start": r.version_start,
-            "version_end": r.version_end, "reward": float(r.reward), "reward_info": r.reward_info,
-        } for r in g.responses],
+        "created_at": g.created_at, "finished_at": g.finished_at, "lengths": lengths,
+        "finish_reason": [r.finish_reason for r in rs], "version_start": [r.version_start for r in rs],
+        "version_end": [r.version_end for r in rs], "reward": [float(r.reward) for r in rs],
+        "reward_info": [r.reward_info for r in rs],
     }
 
 
+def _body_offset(header_len: int) -> int:
+    """The arrays start 8-byte aligned, so views of a bytes object's data (16-aligned) are aligned."""
+    return (_PREFIX.size + header_len + 7) & ~7
+
+
+def _write_prefix(view: memoryview, head: bytes) -> int:
+    """Magic, header length, header and zero pad into ``view``; returns where the arrays start."""
+    start = _body_offset(len(head))
+    _PREFIX.pack_into(view, 0, GROUP_MAGIC, len(head))
+    view[_PREFIX.size:_PREFIX.size + len(head)] = head
+    view[_PREFIX.size + len(head):start] = bytes(start - _PREFIX.size - len(head))
+    return start
+
+
+def frame(header: dict[str, Any], body: bytes = b"") -> bytes:
+    """A framed payload from a header map and raw array bytes (how tests build bad frames)."""
+    head = _pack(header)
+    out = bytearray(_body_offset(len(head)) + len(body))
+    start = _write_prefix(memoryview(out), head)
+    out[start:] = body
+    return bytes(out)
+
+
 def encode_group(g: Group) -> bytes:
-    return _pack(_group_map(g))
+    with encoded_group(g) as view:
+        return bytes(view)
 
 
 @contextmanager
 def encoded_group(g: Group) -> Iterator[memoryview]:
-    """``encode_group`` without its final copy: a view of a per-thread Packer's buffer, valid
-    inside the ``with`` block only (the writer hands it straight to the socket)."""
-    packer = getattr(_local, "view_packer", None)
-    if packer is None or getattr(_local, "view_busy", False):
-        packer = msgpack.Packer(use_bin_type=True, default=_plain, autoreset=False)
-        if getattr(_local, "view_packer", None) is None:
-            _local.view_packer = packer
-    owned = packer is getattr(_local, "view_packer", None)
-    if owned:
-        _local.view_busy = True
+    """The framed group as a view of a per-thread buffer, valid inside the ``with`` block only
+    (the writer hands it straight to the socket): one copy of the arrays, into warm memory."""
+    tokens = [_array(r.token_ids, _I32) for r in g.responses]
+    logprobs = [_array(r.logprobs, _F32) for r in g.responses]
+    head = _pack(_group_header(g, [t.size for t in tokens]))
+    n_tokens, n_logprobs = sum(t.size for t in tokens), sum(lp.size for lp in logprobs)
+    start = _body_offset(len(head))
+    size = start + 4 * (n_tokens + n_logprobs)
+    nested = getattr(_local, "frame_busy", False)     # a second frame while one is in use
+    buf = np.empty(size, np.uint8) if nested else _scratch("frame", np.uint8, size)
+    _local.frame_busy = True
     try:
-        packer.pack(_group_map(g))
-        with packer.getbuffer() as view:
-            yield view
+        view = memoryview(buf)
+        _write_prefix(view, head)
+        if tokens:
+            np.concatenate(tokens, out=buf[start:start + 4 * n_tokens].view(_I32))
+            np.concatenate(logprobs, out=buf[start + 4 * n_tokens:].view(_F32))
+        yield view
     finally:
-        packer.reset()
-        if owned:
-            _local.view_busy = False
+        _local.frame_busy = nested
 
 
 def _unpack_map(raw: bytes, kind: str, max_bytes: int) -> dict[str, Any]:
@@ -191,13 +238,17 @@ def _unpack_map(raw: bytes, kind: str, max_bytes: int) -> dict[str, Any]:
         msg = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise InvalidMessage("malformed_msgpack", repr(exc)[:200]) from None
+    _check_kind(msg, kind, SUPPORTED_SCHEMAS)
+    return msg
+
+
+def _check_kind(msg: Any, kind: str, schemas: frozenset[int] | set[int]) -> None:
     if not isinstance(msg, dict):
         raise InvalidMessage("not_a_map", type(msg).__name__)
-    if msg.get("schema") not in SUPPORTED_SCHEMAS:
+    if msg.get("schema") not in schemas:
         raise InvalidMessage("unknown_schema", repr(msg.get("schema")))
     if msg.get("kind") != kind:
         raise InvalidMessage("wrong_kind", f"expected {kind!r}, got {msg.get('kind')!r}")
-    return msg
 
 
 def _field(msg: dict, name: str, types: type | tuple[type, ...]) -> Any:
@@ -233,40 +284,102 @@ def decode_prompt(raw: bytes, max_bytes: int = 64 << 20) -> PromptMsg:
 
 _RESPONSE_FIELDS = (("token_ids", bytes), ("logprobs", bytes), ("finish_reason", str), ("version_start", int),
                     ("version_end", int), ("reward", (float, int)), ("reward_info", dict))
+_RESPONSE_COLUMNS = ("finish_reason", "version_start", "version_end", "reward", "reward_info")
 
 
-def _decode_responses(items: list) -> list[Response]:
-    """Structure and scalars of each response; the array values are checked by _check_arrays.
+def decode_group(raw: bytes, max_bytes: int = 256 << 20) -> Group:
+    """A framed group (schema 2) or a schema-1 msgpack map; InvalidMessage says what is wrong."""
+    if not isinstance(raw, (bytes, bytearray)):
+        raise InvalidMessage("not_bytes", type(raw).__name__)
+    if len(raw) > max_bytes:
+        raise InvalidMessage("oversize", f"{len(raw)} bytes > limit {max_bytes}")
+    if raw[:len(GROUP_MAGIC)] == GROUP_MAGIC:
+        return _decode_framed_group(raw)
+    return _decode_map_group(raw, max_bytes)
 
-    Written for speed (a 16-response group decodes per learner read): one exact-type test per
-    field, array views made inline (no per-response helper calls), and the descriptive ``_field``
-    path only once something is wrong.
-    """
-    out = []
+
+def _decode_framed_group(raw: bytes) -> Group:
+    if len(raw) < _PREFIX.size:
+        raise InvalidMessage("truncated", f"{len(raw)}-byte frame")
+    _, head_len = _PREFIX.unpack_from(raw)
+    start = _body_offset(head_len)
+    if start > len(raw):
+        raise InvalidMessage("truncated", f"{head_len}-byte header in a {len(raw)}-byte frame")
+    try:
+        msg = msgpack.unpackb(memoryview(raw)[_PREFIX.size:_PREFIX.size + head_len], raw=False,
+                              strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise InvalidMessage("malformed_msgpack", repr(exc)[:200]) from None
+    _check_kind(msg, "group", {GROUP_SCHEMA})
+    lengths = _field(msg, "lengths", list)
+    columns = [_field(msg, name, list) for name in _RESPONSE_COLUMNS]
+    if not lengths:
+        raise InvalidMessage("empty_group")
+    if any(len(column) != len(lengths) for column in columns):
+        raise InvalidMessage("bad_field", f"per-response lists disagree with lengths ({len(lengths)} responses)")
+    if not all(type(n) is int and n >= 0 for n in lengths):
+        raise InvalidMessage("bad_field", f"lengths={lengths!r:.80} must be non-negative ints")
+    total = sum(lengths)
+    if len(raw) - start != 8 * total:
+        raise InvalidMessage("length_mismatch", f"{len(raw) - start} array bytes for {total} tokens "
+                                                f"(int32 ids + float32 log-probs: {8 * total})")
+    tokens = _frombuffer(raw, _I32, total, start)
+    logprobs = _frombuffer(raw, _F32, total, start + 4 * total)
+    responses, offset = [], 0
+    for index, (n, fr, v0, v1, reward, info) in enumerate(zip(lengths, *columns)):
+        responses.append(_response(index, tokens[offset:offset + n], logprobs[offset:offset + n],
+                                   fr, v0, v1, reward, info))
+        offset += n
+    _check_values(tokens, logprobs, responses)
+    return _group(msg, responses)
+
+
+def _decode_map_group(raw: bytes, max_bytes: int) -> Group:
+    """Schema 1: one msgpack map, each response's arrays as bins (runs written before schema 2)."""
+    msg = _unpack_map(raw, "group", max_bytes)
+    items = _field(msg, "responses", list)
+    if not items:
+        raise InvalidMessage("empty_group")
+    responses = []
     for index, r in enumerate(items):
         if type(r) is not dict:
             raise InvalidMessage("bad_response", f"response {index} is not a map")
-        tok, lp, fr = r.get("token_ids"), r.get("logprobs"), r.get("finish_reason")
-        v0, v1, reward, info = r.get("version_start"), r.get("version_end"), r.get("reward"), r.get("reward_info")
-        if not (type(tok) is bytes and type(lp) is bytes and type(fr) is str and type(v0) is int
-                and type(v1) is int and (type(reward) is float or type(reward) is int) and type(info) is dict):
-            for name, types in _RESPONSE_FIELDS:
+        tok, lp = r.get("token_ids"), r.get("logprobs")
+        if type(tok) is not bytes or type(lp) is not bytes:
+            for name, types in _RESPONSE_FIELDS[:2]:
                 _field(r, name, types)        # raises with the field's name
-            raise InvalidMessage("bad_field", f"response {index}: a field has a subclassed type")
+            raise InvalidMessage("bad_field", f"response {index}: arrays have a subclassed type")
         n = len(tok)
         if n & 3 or len(lp) != n:
             if n & 3:
                 raise InvalidMessage("bad_tokens", "token ids must be int32 bytes")
             if len(lp) & 3:
                 raise InvalidMessage("bad_logprobs", "log-probs must be float32 bytes")
-            raise InvalidMessage("length_mismatch",
-                                 f"response {index}: {n // 4} tokens vs {len(lp) // 4} log-probs")
-        if not math.isfinite(reward):
-            raise InvalidMessage("nonfinite_reward", f"response {index}")
-        if v0 < 0 or v1 < v0:
-            raise InvalidMessage("bad_versions", f"response {index}: start={v0} end={v1}")
-        out.append(Response(_frombuffer(tok, _I32), _frombuffer(lp, _F32), fr, v0, v1, float(reward), info))
-    return out
+            raise InvalidMessage("length_mismatch", f"response {index}: {n // 4} tokens vs {len(lp) // 4} log-probs")
+        responses.append(_response(index, _frombuffer(tok, _I32), _frombuffer(lp, _F32),
+                                   *(r.get(name) for name in _RESPONSE_COLUMNS)))
+    total = sum(r.token_ids.size for r in responses)   # one pass over warm copies, not 3 calls per response
+    _check_values(np.concatenate([r.token_ids for r in responses], out=_scratch("tokens", _I32, total)),
+                  np.concatenate([r.logprobs for r in responses], out=_scratch("logprobs", _F32, total)),
+                  responses)
+    return _group(msg, responses)
+
+
+def _response(index: int, tokens: np.ndarray, logprobs: np.ndarray, fr: Any, v0: Any, v1: Any,
+              reward: Any, info: Any) -> Response:
+    """One response's scalars checked: one exact-type test per field on the fast path, the
+    descriptive message only once something is wrong."""
+    if not (type(fr) is str and type(v0) is int and type(v1) is int
+            and (type(reward) is float or type(reward) is int) and type(info) is dict):
+        values = dict(zip(_RESPONSE_COLUMNS, (fr, v0, v1, reward, info)))
+        for name, types in _RESPONSE_FIELDS[2:]:
+            _field(values, name, types)       # raises with the field's name
+        raise InvalidMessage("bad_field", f"response {index}: a field has a subclassed type")
+    if not math.isfinite(reward):
+        raise InvalidMessage("nonfinite_reward", f"response {index}")
+    if v0 < 0 or v1 < v0:
+        raise InvalidMessage("bad_versions", f"response {index}: start={v0} end={v1}")
+    return Response(tokens, logprobs, fr, v0, v1, float(reward), info)
 
 
 def _scratch(name: str, dtype: np.dtype, size: int) -> np.ndarray:
@@ -278,18 +391,14 @@ def _scratch(name: str, dtype: np.dtype, size: int) -> np.ndarray:
     return buf[:size]
 
 
-def _check_arrays(responses: list[Response]) -> None:
+def _check_values(tokens: np.ndarray, logprobs: np.ndarray, responses: list[Response]) -> None:
     """Token ids >= 0; log-probs finite and <= 0 (1e-4 slack for sampler rounding).
 
-    Fast path: the group's arrays are copied into warm per-thread buffers and checked with three
-    plain reductions (a NaN propagates into min and max), which costs less than three numpy
-    calls per response; the slow path, only for a bad group, names the offending response.
+    Fast path: three reductions over the whole group (a NaN propagates into min and max); the
+    slow path, only for a bad group, names the offending response.
     """
-    total = sum(r.token_ids.size for r in responses)
-    if total == 0:
+    if tokens.size == 0:
         return
-    tokens = np.concatenate([r.token_ids for r in responses], out=_scratch("tokens", _I32, total))
-    logprobs = np.concatenate([r.logprobs for r in responses], out=_scratch("logprobs", _F32, total))
     lo, hi = float(_MIN(logprobs)), float(_MAX(logprobs))
     if _MIN(tokens) >= 0 and math.isfinite(lo) and math.isfinite(hi) and hi <= 1e-4:
         return
@@ -302,16 +411,10 @@ def _check_arrays(responses: list[Response]) -> None:
             raise InvalidMessage("positive_logprobs", f"response {i}: log-probs must be <= 0")
 
 
-def decode_group(raw: bytes, max_bytes: int = 256 << 20) -> Group:
-    msg = _unpack_map(raw, "group", max_bytes)
-    responses = _field(msg, "responses", list)
-    if not responses:
-        raise InvalidMessage("empty_group")
+def _group(msg: dict, responses: list[Response]) -> Group:
     group_id = _field(msg, "group_id", str)
     if not group_id:
         raise InvalidMessage("bad_field", "empty group_id")   # the learner's idempotency key
-    responses = _decode_responses(responses)
-    _check_arrays(responses)
     return Group(
         group_id=group_id, prompt_id=_field(msg, "prompt_id", str),
         data_source=_field(msg, "data_source", str), step=_field(msg, "step", int),

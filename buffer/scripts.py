@@ -70,6 +70,43 @@ end
 return n
 """
 
+# KEYS: stream, its acked zset. ARGV: consumer group, retention (ACKed entries to keep)
+# Drops ACKed entries older than the newest `retention` ones and never an unconsumed one: the cut
+# stays below the group's last delivered id and its oldest pending id. One round trip (the
+# Python version took four; each costs ~0.3 ms right after a multi-MB read on a small VM).
+# -> number of entries trimmed
+TRIM = _SCORE + """
+local n_acked = redis.call('ZCARD', KEYS[2])
+local retention = tonumber(ARGV[2])
+if n_acked <= retention then return 0 end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function older(a, b)
+  local ams, aseq = parse(a)
+  local bms, bseq = parse(b)
+  return ams < bms or (ams == bms and aseq < bseq)
+end
+local floor = nil
+for _, info in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local fields = {}
+  for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+  if fields['name'] == ARGV[1] then floor = fields['last-delivered-id'] end
+end
+if not floor then return 0 end
+local oldest_pending = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
+if oldest_pending and older(oldest_pending, floor) then floor = oldest_pending end
+local cut = redis.call('ZRANGE', KEYS[2], n_acked - retention - 1, n_acked - retention - 1)[1]
+local ms, seq = parse(cut)
+local minid = ms .. '-' .. (seq + 1)      -- keep the cut's successor and everything newer
+if older(floor, minid) then minid = floor end
+if minid == '0-0' then return 0 end
+local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', minid)     -- exact: '~' trims whole nodes only
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('(%.17g', score(minid)))   -- '..' would round to 14 digits
+return trimmed
+"""
+
 # KEYS: version hash, versions stream. ARGV: version, location, unix time, history maxlen
 # Refuses to go backwards; re-publishing the current version (a restarted learner) is allowed.
 PUBLISH_VERSION = """
@@ -86,7 +123,7 @@ return cur
 
 
 def id_score(entry_id: str) -> int:
-    """The Lua ``score`` in Python (for ZREMRANGEBYSCORE bounds)."""
+    """The Lua ``score`` in Python (the tests check that it is exact and ordered)."""
     ms, _, seq = entry_id.partition("-")
     return int(ms) * 1000 + min(int(seq or 0), 999)
 
@@ -104,6 +141,7 @@ class Scripts:
     def __init__(self, client: redis.Redis):
         self.put_group = client.register_script(PUT_GROUP)
         self.ack = client.register_script(ACK)
+        self.trim = client.register_script(TRIM)
         self.publish_version = client.register_script(PUBLISH_VERSION)
 
 

@@ -6,7 +6,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from buffer.samples import make_group, make_prompt, tamper, tamper_response
+from buffer.samples import encode_group_v1, make_group, make_prompt, tamper, tamper_response
 from buffer.schema import (InvalidMessage, decode_group, decode_map, decode_prompt, encode_group,
                            encode_map, encode_prompt, pack_logprobs, pack_tokens)
 
@@ -34,47 +34,102 @@ def test_prompt_round_trip():
 
 
 GOOD = encode_group(make_group("g", n=2, tokens=4))
+GOOD_V1 = encode_group_v1(make_group("g", n=2, tokens=4))
+FOUR = {"logprobs": pack_logprobs([-1.0] * 4)}
 
+# schema 2: a frame (header + arrays); every case by the reason it must get
 BAD_GROUPS = {
-    "malformed_msgpack": b"\xc1\xc1 definitely not msgpack",
-    "truncated": GOOD[: len(GOOD) // 2],
-    "unknown_schema": tamper(GOOD, schema=99),
-    "missing_schema": tamper(GOOD, schema=None),
-    "not_a_map": msgpack.packb([1, 2, 3]),
-    "wrong_kind": tamper(GOOD, kind="prompt"),
-    "wrong_type_step": tamper(GOOD, step="3"),
-    "wrong_type_bool_step": tamper(GOOD, step=True),
-    "wrong_type_tokens_list": tamper_response(GOOD, token_ids=[1, 2, 3, 4]),
-    "odd_token_bytes": tamper_response(GOOD, token_ids=b"\x01\x02\x03"),
-    "negative_token": tamper_response(GOOD, token_ids=pack_tokens([1, -5, 2, 3])),
-    "length_mismatch": tamper_response(GOOD, logprobs=pack_logprobs([-1.0, -2.0, -3.0])),
-    "nan_logprob": tamper_response(GOOD, logprobs=pack_logprobs([-1.0, np.nan, -1.0, -1.0])),
-    "inf_logprob": tamper_response(GOOD, logprobs=pack_logprobs([-1.0, np.inf, -1.0, -1.0])),
-    "neg_inf_logprob": tamper_response(GOOD, logprobs=pack_logprobs([-np.inf, -1.0, -1.0, -1.0])),
-    "positive_logprob": tamper_response(GOOD, logprobs=pack_logprobs([0.5, -1.0, -1.0, -1.0])),
-    "nan_reward": tamper_response(GOOD, reward=float("nan")),
-    "versions_backwards": tamper_response(GOOD, version_start=3, version_end=2),
-    "empty_group": tamper(GOOD, responses=[]),
-    "empty_group_id": tamper(GOOD, group_id=""),
-    "response_not_map": tamper(GOOD, responses=[1]),
+    "truncated_prefix": (GOOD[:6], "truncated"),
+    "truncated_header": (GOOD[:40], "truncated"),
+    "truncated_arrays": (GOOD[:-4], "length_mismatch"),
+    "extra_bytes": (GOOD + b"\0" * 8, "length_mismatch"),
+    "garbage_header": (GOOD[:8] + b"\xc1" * (len(GOOD) - 8), "malformed_msgpack"),
+    "unknown_schema": (tamper(GOOD, schema=99), "unknown_schema"),
+    "schema_1_in_a_frame": (tamper(GOOD, schema=1), "unknown_schema"),
+    "missing_schema": (tamper(GOOD, schema=None), "unknown_schema"),
+    "wrong_kind": (tamper(GOOD, kind="prompt"), "wrong_kind"),
+    "wrong_type_step": (tamper(GOOD, step="3"), "bad_field"),
+    "wrong_type_bool_step": (tamper(GOOD, step=True), "bad_field"),
+    "lengths_not_ints": (tamper(GOOD, lengths=["4", "4"]), "bad_field"),
+    "negative_length": (tamper(GOOD, lengths=[-4, 12]), "bad_field"),
+    "missing_column": (tamper(GOOD, reward=None), "bad_field"),
+    "short_column": (tamper(GOOD, reward=[1.0]), "bad_field"),
+    "odd_token_bytes": (tamper_response(GOOD, token_ids=b"\x01\x02\x03"), "length_mismatch"),
+    "negative_token": (tamper_response(GOOD, token_ids=pack_tokens([1, -5, 2, 3])), "bad_tokens"),
+    "length_mismatch": (tamper_response(GOOD, logprobs=pack_logprobs([-1.0, -2.0, -3.0])), "length_mismatch"),
+    "nan_logprob": (tamper_response(GOOD, 1, logprobs=pack_logprobs([-1.0, np.nan, -1.0, -1.0])),
+                    "nonfinite_logprobs"),
+    "inf_logprob": (tamper_response(GOOD, logprobs=pack_logprobs([-1.0, np.inf, -1.0, -1.0])), "nonfinite_logprobs"),
+    "neg_inf_logprob": (tamper_response(GOOD, logprobs=pack_logprobs([-np.inf, -1.0, -1.0, -1.0])),
+                        "nonfinite_logprobs"),
+    "positive_logprob": (tamper_response(GOOD, logprobs=pack_logprobs([0.5, -1.0, -1.0, -1.0])), "positive_logprobs"),
+    "nan_reward": (tamper_response(GOOD, reward=float("nan")), "nonfinite_reward"),
+    "wrong_type_finish_reason": (tamper_response(GOOD, finish_reason=1), "bad_field"),
+    "versions_backwards": (tamper_response(GOOD, version_start=3, version_end=2), "bad_versions"),
+    "empty_group": (encode_group(make_group("g", n=0)), "empty_group"),
+    "empty_group_id": (tamper(GOOD, group_id=""), "bad_field"),
 }
-EXPECTED_REASON = {
-    "malformed_msgpack": "malformed_msgpack", "truncated": "malformed_msgpack", "unknown_schema": "unknown_schema",
-    "missing_schema": "unknown_schema", "not_a_map": "not_a_map", "wrong_kind": "wrong_kind",
-    "wrong_type_step": "bad_field", "wrong_type_bool_step": "bad_field", "wrong_type_tokens_list": "bad_field",
-    "odd_token_bytes": "bad_tokens", "negative_token": "bad_tokens", "length_mismatch": "length_mismatch",
-    "nan_logprob": "nonfinite_logprobs", "inf_logprob": "nonfinite_logprobs",
-    "neg_inf_logprob": "nonfinite_logprobs", "positive_logprob": "positive_logprobs",
-    "nan_reward": "nonfinite_reward", "versions_backwards": "bad_versions", "empty_group": "empty_group",
-    "empty_group_id": "bad_field", "response_not_map": "bad_response",
+
+# schema 1: one msgpack map with bins (runs written before schema 2 stay readable)
+BAD_GROUPS_V1 = {
+    "malformed_msgpack": (b"\xc1\xc1 definitely not msgpack", "malformed_msgpack"),
+    "truncated": (GOOD_V1[: len(GOOD_V1) // 2], "malformed_msgpack"),
+    "unknown_schema": (tamper(GOOD_V1, schema=99), "unknown_schema"),
+    "schema_2_as_a_map": (tamper(GOOD_V1, schema=2), "unknown_schema"),
+    "not_a_map": (msgpack.packb([1, 2, 3]), "not_a_map"),
+    "wrong_kind": (tamper(GOOD_V1, kind="prompt"), "wrong_kind"),
+    "wrong_type_step": (tamper(GOOD_V1, step="3"), "bad_field"),
+    "wrong_type_tokens_list": (tamper_response(GOOD_V1, token_ids=[1, 2, 3, 4]), "bad_field"),
+    "odd_token_bytes": (tamper_response(GOOD_V1, token_ids=b"\x01\x02\x03"), "bad_tokens"),
+    "negative_token": (tamper_response(GOOD_V1, token_ids=pack_tokens([1, -5, 2, 3])), "bad_tokens"),
+    "length_mismatch": (tamper_response(GOOD_V1, logprobs=pack_logprobs([-1.0, -2.0, -3.0])), "length_mismatch"),
+    "nan_logprob": (tamper_response(GOOD_V1, logprobs=pack_logprobs([-1.0, np.nan, -1.0, -1.0])),
+                    "nonfinite_logprobs"),
+    "positive_logprob": (tamper_response(GOOD_V1, logprobs=pack_logprobs([0.5, -1.0, -1.0, -1.0])),
+                         "positive_logprobs"),
+    "nan_reward": (tamper_response(GOOD_V1, reward=float("nan")), "nonfinite_reward"),
+    "versions_backwards": (tamper_response(GOOD_V1, version_start=3, version_end=2), "bad_versions"),
+    "empty_group": (tamper(GOOD_V1, responses=[]), "empty_group"),
+    "empty_group_id": (tamper(GOOD_V1, group_id=""), "bad_field"),
+    "response_not_map": (tamper(GOOD_V1, responses=[1]), "bad_response"),
 }
+
+
+def test_groups_are_framed_and_schema_1_stays_readable():
+    g = make_group("g1", n=3, tokens=[5, 0, 7], version=2)
+    framed, old = encode_group(g), encode_group_v1(g)
+    assert framed[:4] == b"\xc1LG\x02" and old[:1] != b"\xc1"
+    head_len = int.from_bytes(framed[4:8], "little")
+    assert len(framed) == ((8 + head_len + 7) & ~7) + 8 * 12            # arrays 8-aligned, 12 tokens
+    for payload in (framed, old):
+        back = decode_group(payload)
+        assert [r.token_ids.tobytes() for r in back.responses] == [r.token_ids.tobytes() for r in g.responses]
+        assert [r.logprobs.tobytes() for r in back.responses] == [r.logprobs.tobytes() for r in g.responses]
+    back = decode_group(framed)
+    assert all(r.token_ids.flags.aligned and r.logprobs.flags.aligned for r in back.responses)
+    assert back.responses[2].token_ids.base is not None                 # a view of the payload, not a copy
 
 
 @pytest.mark.parametrize("case", sorted(BAD_GROUPS))
 def test_bad_group_rejected_with_reason(case):
+    payload, reason = BAD_GROUPS[case]
     with pytest.raises(InvalidMessage) as info:
-        decode_group(BAD_GROUPS[case])
-    assert info.value.reason == EXPECTED_REASON[case]
+        decode_group(payload)
+    assert info.value.reason == reason
+
+
+@pytest.mark.parametrize("case", sorted(BAD_GROUPS_V1))
+def test_bad_schema_1_group_rejected_with_reason(case):
+    payload, reason = BAD_GROUPS_V1[case]
+    with pytest.raises(InvalidMessage) as info:
+        decode_group(payload)
+    assert info.value.reason == reason
+
+
+def test_bad_response_is_named():
+    with pytest.raises(InvalidMessage, match="response 1"):
+        decode_group(BAD_GROUPS["nan_logprob"][0])
+    assert decode_group(tamper_response(GOOD, 1, **FOUR)).group_id == "g"   # the helper itself keeps a group valid
 
 
 def test_oversize_rejected_before_parsing():
