@@ -1,7 +1,7 @@
 """Buffer throughput vs raw redis-py on the same bytes (target: buffer/raw >= 0.8 at 4K tokens).
 
     .venv/bin/python bench/buffer_throughput.py                              # gs 16, 4096-token responses
-    .venv/bin/python bench/buffer_throughput.py --windows 20 --tokens 1024,4096,16384
+    .venv/bin/python bench/buffer_throughput.py --repeats 3 --tokens 1024,4096,16384
 
 Both paths move the same groups through one private embedded redis-server (AOF on, started and
 stopped here) in windows of ``--window`` groups: write the window, then read it back in batches
@@ -10,15 +10,18 @@ of ``--batch`` and ACK each batch.
 * buffer: ``put_group`` (encode + Lua: backpressure check, XADD, counters) then ``take_groups``
   (XREADGROUP, decode + validate, consumed-set check) and ``ack_groups`` (Lua: XACK, consumed
   set, gauge; periodic trim, retention one window).
-* raw: XADD of the already-encoded payload, XREADGROUP, XACK: the floor any Redis-stream
-  design pays, with no encoding, validation or bookkeeping (its stream is trimmed untimed).
+* raw: XADD of the already-encoded payload, XREADGROUP, XACK, and an XTRIM of the window once
+  it is read: the floor any Redis-stream design pays, with no encoding, validation or bookkeeping.
 
 The two paths alternate window by window (``--windows`` of each, the order flipped every round)
-and the ratio is that of the *median* window times. Why not whole passes: the server's AOF fsync
-(every second) and background AOF rewrites (a fork on a 2-core machine) land on whichever pass is
-running and make pass-level ratios swing 0.6-1.3; short interleaved windows give both paths the
-same share of them, and the median ignores the windows they hit. CPU ms/group (this process plus
-redis-server, from INFO cpu, read outside the timed region) is printed too.
+and a repeat's ratio is that of the *median* window times. Why not whole passes: the server's AOF
+fsync (every second) and background AOF rewrites (a fork on a 2-core machine) land on whichever
+pass is running and make pass-level ratios swing 0.6-1.3; short interleaved windows give both
+paths the same share of them, and the median ignores the windows they hit. Even so, one repeat's
+ratio moves by +-0.07 on a small VM (memory and page-fault costs differ from one server process to
+the next), so ``--repeats`` independent repeats, each with a fresh redis-server, are run and the
+median of their ratios is the figure. CPU ms/group (this process plus redis-server, from INFO cpu,
+read outside the timed region) is printed too.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--windows", type=int, default=100, help="timed windows per path (after 3 warm-up rounds)")
+    p.add_argument("--repeats", type=int, default=5, help="independent repeats, each with a fresh redis-server")
+    p.add_argument("--windows", type=int, default=40, help="timed windows per path and repeat (after 3 warm-up rounds)")
     p.add_argument("--tokens", default="4096", help="response length(s) in tokens, comma-separated")
     p.add_argument("--group-size", type=int, default=16, help="responses per group (gs)")
     p.add_argument("--window", type=int, default=32, help="groups written before they are read back")
@@ -92,9 +96,6 @@ class BufferPath:
             self.buf.ack_groups([e for e, _ in taken], [g.group_id for _, g in taken])
             got += len(taken)
 
-    def tidy(self) -> None:
-        pass                         # retention trims consumed entries inside the timed path
-
     def close(self) -> None:
         self.buf.client.delete(*self.buf.keys.all())
         self.buf.close()
@@ -121,9 +122,7 @@ class RawPath:
             entries = reply[0][1] if reply else []
             client.xack(key, "learner", *[e for e, _ in entries])
             got += len(entries)
-
-    def tidy(self) -> None:
-        self.client.xtrim(self.key, maxlen=0)
+        client.xtrim(key, maxlen=0)   # consumed entries must go some time: the buffer's trim is timed too
 
     def close(self) -> None:
         self.client.delete(self.key)
@@ -139,58 +138,64 @@ def measure(paths: dict, windows: int, admin) -> dict[str, tuple[list[float], li
             path = paths[name]
             with Meter(admin) as m:
                 path.window()
-            path.tidy()
             if rnd >= 3:                       # 3 warm-up rounds: script cache, allocator, page cache
                 out[name][0].append(m.wall)
                 out[name][1].append(m.cpu)
     return out
 
 
+def one_repeat(args, groups: list, payloads: list[bytes]) -> dict[str, tuple[float, float]]:
+    """A fresh redis-server, both paths interleaved: per path the median window's wall and CPU seconds."""
+    from buffer.server import EmbeddedRedis, connect
+
+    with tempfile.TemporaryDirectory(prefix="lagrl-bench-") as tmp, \
+            EmbeddedRedis(tmp, args.appendfsync, stop_at_exit=True) as server:
+        admin = connect(server.url)
+        paths = {"raw": RawPath(server.url, payloads, args.batch),
+                 "buffer": BufferPath(server.url, groups, args.batch)}
+        times = measure(paths, args.windows, admin)
+        for path in paths.values():
+            path.close()
+        admin.close()
+    return {p: (statistics.median(w), statistics.median(c)) for p, (w, c) in times.items()}
+
+
 def main() -> int:
     args = parse_args()
     from buffer.samples import make_group
     from buffer.schema import encode_group
-    from buffer.server import EmbeddedRedis, connect
 
     token_sizes = [int(t) for t in args.tokens.split(",")]
     print(f"buffer throughput: windows of {args.window} groups x gs {args.group_size}, {args.windows} windows "
-          f"per path (alternating), batch {args.batch}, appendfsync {args.appendfsync}")
-    print(f"{'tokens':>7} {'MB/group':>9} {'path':>7} {'groups/s':>9} {'MB/s':>8} {'CPU ms/group':>13} "
-          f"{'ratio':>6} {'CPU ratio':>10}")
-    ratios = {}
+          f"per path (alternating) x {args.repeats} repeats, batch {args.batch}, appendfsync {args.appendfsync}")
+    print(f"{'tokens':>7} {'repeat':>6} {'MB/group':>9} {'path':>7} {'groups/s':>9} {'MB/s':>8} "
+          f"{'CPU ms/group':>13} {'ratio':>6} {'CPU ratio':>10}")
+    ratios: dict[int, list[tuple[float, float]]] = {}
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="lagrl-bench-") as tmp, \
-            EmbeddedRedis(tmp, args.appendfsync, stop_at_exit=True) as server:
-        admin = connect(server.url)
-        for tokens in token_sizes:
-            groups = [make_group(f"g{i}", n=args.group_size, tokens=tokens, seed=i) for i in range(args.window)]
-            payloads = [encode_group(g) for g in groups]
-            mb = sum(map(len, payloads)) / 1e6
-            paths = {"raw": RawPath(server.url, payloads, args.batch),
-                     "buffer": BufferPath(server.url, groups, args.batch)}
-            times = measure(paths, args.windows, admin)
-            for path in paths.values():
-                path.close()
-            wall = {p: statistics.median(w) for p, (w, _) in times.items()}
-            cpu = {p: statistics.median(c) for p, (_, c) in times.items()}
-            ratios[tokens] = (wall["raw"] / wall["buffer"], cpu["raw"] / cpu["buffer"])
-            for path in paths:
-                t = wall[path]
-                print(f"{tokens:>7} {mb / args.window:>9.2f} {path:>7} {args.window / t:>9.1f} "
-                      f"{2 * mb / t:>8.1f} {1e3 * cpu[path] / args.window:>13.2f} "
-                      f"{wall['raw'] / t:>6.2f} {cpu['raw'] / cpu[path]:>10.2f}")
-            q = {p: statistics.quantiles(w, n=4) for p, (w, _) in times.items()}
-            print(f"{'':>7} window ms quartiles: raw {q['raw'][0] * 1e3:.1f}/{q['raw'][2] * 1e3:.1f}, "
-                  f"buffer {q['buffer'][0] * 1e3:.1f}/{q['buffer'][2] * 1e3:.1f}")
-        admin.close()
+    for tokens in token_sizes:
+        groups = [make_group(f"g{i}", n=args.group_size, tokens=tokens, seed=i) for i in range(args.window)]
+        payloads = [encode_group(g) for g in groups]
+        mb = sum(map(len, payloads)) / 1e6
+        for rep in range(args.repeats):
+            med = one_repeat(args, groups, payloads)
+            (raw_wall, raw_cpu) = med["raw"]
+            ratios.setdefault(tokens, []).append((raw_wall / med["buffer"][0], raw_cpu / med["buffer"][1]))
+            for path, (wall, cpu) in med.items():
+                print(f"{tokens:>7} {rep:>6} {mb / args.window:>9.2f} {path:>7} {args.window / wall:>9.1f} "
+                      f"{2 * mb / wall:>8.1f} {1e3 * cpu / args.window:>13.2f} "
+                      f"{raw_wall / wall:>6.2f} {raw_cpu / cpu:>10.2f}", flush=True)
     key = 4096 if 4096 in ratios else token_sizes[0]
-    wall_ratio, cpu_ratio = ratios[key]
 
     def verdict(r: float) -> str:
         return "meets" if r >= 0.8 else "BELOW"
 
-    print("ratio buffer/raw (median window, wall | CPU): "
-          + ", ".join(f"{t} tokens {w:.2f} | {c:.2f}" for t, (w, c) in ratios.items())
+    summary = {t: (statistics.median(w for w, _ in rs), statistics.median(c for _, c in rs)) for t, rs in ratios.items()}
+    for t, rs in ratios.items():
+        print(f"{t} tokens: ratio per repeat (wall) " + ", ".join(f"{w:.2f}" for w, _ in rs)
+              + "; (CPU) " + ", ".join(f"{c:.2f}" for _, c in rs))
+    wall_ratio, cpu_ratio = summary[key]
+    print("ratio buffer/raw (median of repeats, wall | CPU): "
+          + ", ".join(f"{t} tokens {w:.2f} | {c:.2f}" for t, (w, c) in summary.items())
           + f"  -> target 0.80 at {key} tokens: wall {verdict(wall_ratio)}, CPU {verdict(cpu_ratio)}"
           + f"  ({time.perf_counter() - t0:.0f} s)")
     return 0

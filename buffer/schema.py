@@ -33,7 +33,7 @@ import msgpack
 import numpy as np
 
 SCHEMA_VERSION = 1                  # prompts, metrics, schema-1 groups
-GROUP_SCHEMA = 2                    # framed groups (written since schema 2)
+GROUP_SCHEMA = 2                    # groups are written framed; schema-1 groups are still read
 SUPPORTED_SCHEMAS = frozenset({1})  # msgpack-map payloads
 GROUP_MAGIC = b"\xc1LG\x02"
 _PREFIX = struct.Struct("<4sI")     # magic, header length
