@@ -102,7 +102,7 @@ class BufferPath:
 
 
 class RawPath:
-    """One window of bare XADD / XREADGROUP / XACK of the pre-encoded payloads."""
+    """One window of bare XADD / XREADGROUP / XACK of the pre-encoded payloads, then XTRIM."""
 
     def __init__(self, url: str, payloads: list[bytes], batch: int):
         from buffer.server import connect

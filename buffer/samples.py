@@ -7,7 +7,8 @@ import time
 import msgpack
 import numpy as np
 
-from buffer.schema import GROUP_MAGIC, Group, PromptMsg, Response, frame, pack_logprobs, pack_tokens
+from buffer.schema import (GROUP_MAGIC, Group, PromptMsg, Response, frame, pack_logprobs, pack_tokens,
+                           unframe)
 
 
 def make_prompt(prompt_id: str, *, prompt_len: int = 32, n_samples: int = 4, step: int = 0,
@@ -52,9 +53,7 @@ def encode_group_v1(g: Group) -> bytes:
 
 def _unframe(payload: bytes) -> tuple[dict, list[bytes], list[bytes]]:
     """A framed group's header and each response's raw token and log-prob bytes."""
-    head_len = int.from_bytes(payload[4:8], "little")
-    start = (8 + head_len + 7) & ~7
-    header = msgpack.unpackb(payload[8:8 + head_len], raw=False)
+    header, start = unframe(payload)
     ends = np.cumsum([0, *header["lengths"]]) * 4
     n = int(ends[-1])
     tokens = [payload[start + a:start + b] for a, b in zip(ends[:-1], ends[1:])]

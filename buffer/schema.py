@@ -229,11 +229,15 @@ def encoded_group(g: Group) -> Iterator[memoryview]:
         _local.frame_busy = nested
 
 
-def _unpack_map(raw: bytes, kind: str, max_bytes: int) -> dict[str, Any]:
+def _check_raw(raw: Any, max_bytes: int) -> None:
     if not isinstance(raw, (bytes, bytearray)):
         raise InvalidMessage("not_bytes", type(raw).__name__)
     if len(raw) > max_bytes:
         raise InvalidMessage("oversize", f"{len(raw)} bytes > limit {max_bytes}")
+
+
+def _unpack_map(raw: bytes, kind: str) -> dict[str, Any]:
+    """A schema-1 payload (checked by _check_raw first) as its msgpack map."""
     try:
         msg = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
@@ -263,7 +267,8 @@ def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def decode_prompt(raw: bytes, max_bytes: int = 64 << 20) -> PromptMsg:
-    msg = _unpack_map(raw, "prompt", max_bytes)
+    _check_raw(raw, max_bytes)
+    msg = _unpack_map(raw, "prompt")
     prompt_ids = unpack_tokens(_field(msg, "prompt_ids", bytes))
     if prompt_ids.size == 0:
         raise InvalidMessage("empty_prompt")
@@ -289,16 +294,14 @@ _RESPONSE_COLUMNS = ("finish_reason", "version_start", "version_end", "reward", 
 
 def decode_group(raw: bytes, max_bytes: int = 256 << 20) -> Group:
     """A framed group (schema 2) or a schema-1 msgpack map; InvalidMessage says what is wrong."""
-    if not isinstance(raw, (bytes, bytearray)):
-        raise InvalidMessage("not_bytes", type(raw).__name__)
-    if len(raw) > max_bytes:
-        raise InvalidMessage("oversize", f"{len(raw)} bytes > limit {max_bytes}")
+    _check_raw(raw, max_bytes)
     if raw[:len(GROUP_MAGIC)] == GROUP_MAGIC:
         return _decode_framed_group(raw)
-    return _decode_map_group(raw, max_bytes)
+    return _decode_map_group(raw)
 
 
-def _decode_framed_group(raw: bytes) -> Group:
+def unframe(raw: bytes) -> tuple[Any, int]:
+    """A frame's unpacked header and the offset where its arrays start (not yet validated)."""
     if len(raw) < _PREFIX.size:
         raise InvalidMessage("truncated", f"{len(raw)}-byte frame")
     _, head_len = _PREFIX.unpack_from(raw)
@@ -310,6 +313,11 @@ def _decode_framed_group(raw: bytes) -> Group:
                               strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise InvalidMessage("malformed_msgpack", repr(exc)[:200]) from None
+    return msg, start
+
+
+def _decode_framed_group(raw: bytes) -> Group:
+    msg, start = unframe(raw)
     _check_kind(msg, "group", {GROUP_SCHEMA})
     lengths = _field(msg, "lengths", list)
     columns = [_field(msg, name, list) for name in _RESPONSE_COLUMNS]
@@ -334,9 +342,9 @@ def _decode_framed_group(raw: bytes) -> Group:
     return _group(msg, responses)
 
 
-def _decode_map_group(raw: bytes, max_bytes: int) -> Group:
+def _decode_map_group(raw: bytes) -> Group:
     """Schema 1: one msgpack map, each response's arrays as bins (runs written before schema 2)."""
-    msg = _unpack_map(raw, "group", max_bytes)
+    msg = _unpack_map(raw, "group")
     items = _field(msg, "responses", list)
     if not items:
         raise InvalidMessage("empty_group")

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import redis
 
-_SCORE = """
-local function score(id)
+_ID_HELPERS = """
+local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms) * 1000 + math.min(tonumber(seq), 999)
+  return tonumber(ms), tonumber(seq)
+end
+local function score(id)
+  local ms, seq = parse(id)
+  return ms * 1000 + math.min(seq, 999)
 end
 """
 
@@ -25,7 +29,7 @@ end
 # -> {1, id} stored | {0, ''} full (retry later) | {2, ''} duplicate: the prompt was already answered
 # The payload goes through ARGV: measured (bench/buffer_throughput.py) cheaper in client+server
 # CPU than MULTI{XADD; EVAL} with a redis-py pipeline, and the room check becomes exact.
-PUT_GROUP = _SCORE + """
+PUT_GROUP = _ID_HELPERS + """
 local unconsumed = tonumber(redis.call('HGET', KEYS[2], 'groups_unconsumed') or '0')
 if unconsumed >= tonumber(ARGV[2]) then return {0, ''} end
 if ARGV[3] ~= '' then
@@ -49,7 +53,7 @@ return {1, id}
 # ACK never double-counts. An effective 'trained' ACK of a group id already in the consumed set
 # means one group was trained twice: counted in 'groups_consumed_twice' for the audit (must stay 0).
 # -> number of effective ACKs
-ACK = _SCORE + """
+ACK = _ID_HELPERS + """
 local n = 0
 for i = 3, #ARGV, 3 do
   local id, gid, field = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -75,14 +79,10 @@ return n
 # stays below the group's last delivered id and its oldest pending id. One round trip (the
 # Python version took four; each costs ~0.3 ms right after a multi-MB read on a small VM).
 # -> number of entries trimmed
-TRIM = _SCORE + """
+TRIM = _ID_HELPERS + """
 local n_acked = redis.call('ZCARD', KEYS[2])
 local retention = tonumber(ARGV[2])
 if n_acked <= retention then return 0 end
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
 local function older(a, b)
   local ams, aseq = parse(a)
   local bms, bseq = parse(b)
@@ -98,8 +98,8 @@ if not floor then return 0 end
 local oldest_pending = redis.call('XPENDING', KEYS[1], ARGV[1])[2]
 if oldest_pending and older(oldest_pending, floor) then floor = oldest_pending end
 local cut = redis.call('ZRANGE', KEYS[2], n_acked - retention - 1, n_acked - retention - 1)[1]
-local ms, seq = parse(cut)
-local minid = ms .. '-' .. (seq + 1)      -- keep the cut's successor and everything newer
+local ms, seq = string.match(cut, '^(%d+)-(%d+)$')   -- ms kept as text: '..' on a number keeps 14 digits
+local minid = ms .. '-' .. (tonumber(seq) + 1)       -- keep the cut's successor and everything newer
 if older(floor, minid) then minid = floor end
 if minid == '0-0' then return 0 end
 local trimmed = redis.call('XTRIM', KEYS[1], 'MINID', minid)     -- exact: '~' trims whole nodes only
