@@ -151,6 +151,13 @@ def one_repeat(args, groups: list, payloads: list[bytes]) -> dict[str, tuple[flo
     with tempfile.TemporaryDirectory(prefix="lagrl-bench-") as tmp, \
             EmbeddedRedis(tmp, args.appendfsync, stop_at_exit=True) as server:
         admin = connect(server.url)
+        # No automatic AOF rewrite while timing: this bench writes ~1 GB/min, so a rewrite would run
+        # for most of a repeat, doubling every write's cost (rewrite buffer + pipe to the child)
+        # until it ends in a stall; windows before and after it differ 2x and the median flips
+        # between regimes (a repeat read 0.74 or 1.00). Without it both paths pay the plain AOF
+        # append, the regime a run is in between rewrites, and the one where the buffer's own
+        # costs weigh most (with a rewrite running the ratio reads ~0.9).
+        admin.config_set("auto-aof-rewrite-percentage", 0)
         paths = {"raw": RawPath(server.url, payloads, args.batch),
                  "buffer": BufferPath(server.url, groups, args.batch)}
         times = measure(paths, args.windows, admin)
