@@ -23,14 +23,15 @@ from buffer.deadletter import DeadLetterLog
 from buffer.keys import PROMPT_READERS, RunKeys
 from buffer.prompts import PromptChannel
 from buffer.queue import Entry, StreamQueue
-from buffer.schema import Group, decode_group, encoded_group
+from buffer.schema import Group, decode_group, group_frame_parts
+from buffer.scripts import Scripts
+from buffer.wire import Parts
 
 # What a consumer did with a group it ACKs (each has a counter ``groups_<outcome>``):
 # trained into the weights, filtered (zero advantage under dynamic sampling), stale (lag beyond
 # the mode's bound, also dead-lettered), already_trained (in the restored weights: ACK only),
 # evaluated (held-out evaluation groups).
 GROUP_OUTCOMES = ("trained", "filtered", "stale", "already_trained", "evaluated")
-from buffer.scripts import Scripts
 
 
 class BackpressureTimeout(TimeoutError):
@@ -56,13 +57,10 @@ class GroupChannel:
         Not stored: the prompt was already answered (duplicate, dropped) or the payload exceeds
         ``max_message_bytes`` (dead-lettered, and the prompt ACKed so it is not generated again).
         """
-        with encoded_group(group) as payload:
-            return self._put(group, payload, prompt_entry_id)
-
-    def _put(self, group: Group, payload: memoryview, prompt_entry_id: str | None) -> str:
+        payload = Parts(group_frame_parts(group))    # the arrays go to the socket uncopied
         if len(payload) > self.cfg.max_message_bytes:
             pipe = self.client.pipeline(transaction=True)
-            self.deadletters.add(pipe, "put_group", "oversize", payload,
+            self.deadletters.add(pipe, "put_group", "oversize", payload.tobytes(),
                                  f"group {group.group_id}: {len(payload)} bytes > {self.cfg.max_message_bytes}")
             if prompt_entry_id:
                 self.prompts.ack_rejected(pipe, prompt_entry_id)

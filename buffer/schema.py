@@ -14,6 +14,8 @@ so a frame cannot be mistaken for a schema-1 group (one msgpack map with a bin p
 is still decoded. Why frame: msgpack copies every bin on unpacking (0.5 MB per 4K-token group,
 plus a second copy to validate it in one pass); the frame's arrays are numpy views of the bytes
 redis-py returned, checked with three reductions (bench/buffer_throughput.py: -50 us per group).
+The writer does not copy them either: :func:`group_frame_parts` hands the responses' own arrays
+to a scatter-gather write (buffer/wire.py).
 
 Decoding never trusts the payload: :func:`decode_prompt` / :func:`decode_group` raise
 :class:`InvalidMessage` with a short reason, which the stream readers turn into a
@@ -25,9 +27,8 @@ from __future__ import annotations
 import math
 import struct
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -64,18 +65,21 @@ class InvalidMessage(ValueError):
 
 
 def pack_tokens(ids: Any) -> bytes:
-    return np.ascontiguousarray(np.asarray(ids, dtype=_I32)).tobytes()
+    return _contiguous(ids, _I32).tobytes()
 
 
 def pack_logprobs(values: Any) -> bytes:
-    return np.ascontiguousarray(np.asarray(values, dtype=_F32)).tobytes()
+    return _contiguous(values, _F32).tobytes()
+
+
+def _contiguous(values: Any, dtype: np.dtype) -> np.ndarray:
+    """A C-contiguous 1-D array of ``dtype``: the array itself when it already is one (no copy)."""
+    return np.ascontiguousarray(values, dtype=dtype).reshape(-1)
 
 
 def _bin(values: Any, dtype: np.dtype) -> memoryview:
     """Zero-copy view for the Packer: a fresh ``tobytes()`` per response costs more than the packing."""
-    if type(values) is np.ndarray and values.dtype == dtype and values.ndim == 1 and values.flags.c_contiguous:
-        return memoryview(values)
-    return memoryview(np.ascontiguousarray(np.asarray(values, dtype=dtype)).reshape(-1))
+    return memoryview(_contiguous(values, dtype))
 
 
 def unpack_tokens(raw: bytes) -> np.ndarray:
@@ -157,13 +161,6 @@ def encode_prompt(p: PromptMsg) -> bytes:
     })
 
 
-def _array(values: Any, dtype: np.dtype) -> np.ndarray:
-    """A 1-D array of ``dtype``: the array itself when it already is one (no copy)."""
-    if type(values) is np.ndarray and values.dtype == dtype and values.ndim == 1:
-        return values
-    return np.asarray(values, dtype=dtype).reshape(-1)
-
-
 def _group_header(g: Group, lengths: list[int]) -> dict[str, Any]:
     rs = g.responses
     return {
@@ -201,32 +198,19 @@ def frame(header: dict[str, Any], body: bytes = b"") -> bytes:
 
 
 def encode_group(g: Group) -> bytes:
-    with encoded_group(g) as view:
-        return bytes(view)
+    return b"".join(group_frame_parts(g))
 
 
-@contextmanager
-def encoded_group(g: Group) -> Iterator[memoryview]:
-    """The framed group as a view of a per-thread buffer, valid inside the ``with`` block only
-    (the writer hands it straight to the socket): one copy of the arrays, into warm memory."""
-    tokens = [_array(r.token_ids, _I32) for r in g.responses]
-    logprobs = [_array(r.logprobs, _F32) for r in g.responses]
+def group_frame_parts(g: Group) -> list:
+    """The framed group as its pieces, in order: prefix + header + pad, then each response's token
+    ids, then each response's log-probs. The arrays are the responses' own (no copy): the writer
+    sends the pieces with one scatter-gather system call (buffer/wire.py)."""
+    tokens = [_contiguous(r.token_ids, _I32) for r in g.responses]
+    logprobs = [_contiguous(r.logprobs, _F32) for r in g.responses]
     head = _pack(_group_header(g, [t.size for t in tokens]))
-    n_tokens, n_logprobs = sum(t.size for t in tokens), sum(lp.size for lp in logprobs)
-    start = _body_offset(len(head))
-    size = start + 4 * (n_tokens + n_logprobs)
-    nested = getattr(_local, "frame_busy", False)     # a second frame while one is in use
-    buf = np.empty(size, np.uint8) if nested else _scratch("frame", np.uint8, size)
-    _local.frame_busy = True
-    try:
-        view = memoryview(buf)
-        _write_prefix(view, head)
-        if tokens:
-            np.concatenate(tokens, out=buf[start:start + 4 * n_tokens].view(_I32))
-            np.concatenate(logprobs, out=buf[start + 4 * n_tokens:].view(_F32))
-        yield view
-    finally:
-        _local.frame_busy = nested
+    prefix = bytearray(_body_offset(len(head)))
+    _write_prefix(memoryview(prefix), head)
+    return [prefix, *tokens, *logprobs]
 
 
 def _check_raw(raw: Any, max_bytes: int) -> None:
