@@ -4,7 +4,9 @@ Exactly-once in effect: a group can reach the stream twice (a slow actor whose p
 reclaimed; a retried write) and an entry can be delivered twice (reclaim after a learner death).
 The learner trains on a group only if its ``group_id`` is not in the ``consumed`` set, and
 :meth:`GroupChannel.ack` adds the id to that set in the same atomic step as the XACK. A
-duplicate is ACKed and counted, never trained on.
+duplicate is ACKed and counted, never trained on. The check costs a round trip per take, so
+put_group makes it at write time where it can: an entry whose group id was neither consumed nor
+in the stream is marked FRESH, and its first delivery skips the read-time check.
 
 ACK when the training on a group is durable (e.g. at checkpoint time): what was taken but not
 ACKed when the learner dies is re-delivered by :meth:`pending` (same consumer name) or
@@ -66,8 +68,9 @@ class GroupChannel:
                 self.prompts.ack_rejected(pipe, prompt_entry_id)
             pipe.execute()
             return ""
-        keys = [self.keys.groups, self.keys.counters, self.keys.prompts, self.keys.prompt_stream.acked]
-        args = [payload, self.cfg.max_unconsumed_groups, prompt_entry_id or "", PROMPT_READERS]
+        keys = [self.keys.groups, self.keys.counters, self.keys.prompts, self.keys.prompt_stream.acked,
+                self.keys.consumed, self.keys.fresh]
+        args = [payload, self.cfg.max_unconsumed_groups, prompt_entry_id or "", PROMPT_READERS, group.group_id]
         start = last_touch = time.monotonic()
         delay = 0.005
         while True:
@@ -125,11 +128,18 @@ class GroupChannel:
         return bool(self.client.sismember(self.keys.consumed, group_id))
 
     def _accept(self, entries: list[Entry]) -> list[tuple[str, Group]]:
-        """Validate; skip (ACK and count) groups already consumed or already handed out here."""
+        """Validate; skip (ACK and count) groups already consumed or already handed out here.
+
+        The consumed set is asked only about entries that are not a first delivery of a FRESH one
+        (put_group found their group id new when writing them), which is none in the steady state.
+        """
         decoded = self.queue.decode_or_reject(entries)
         if not decoded:
             return []
-        seen = self.client.smismember(self.keys.consumed, [g.group_id for _, g in decoded])
+        fresh = {e.id for e in entries if e.fresh}
+        unsure = [g.group_id for entry_id, g in decoded if entry_id not in fresh]
+        in_consumed = iter(self.client.smismember(self.keys.consumed, unsure) if unsure else ())
+        seen = [entry_id not in fresh and next(in_consumed) for entry_id, _ in decoded]
         out, duplicates = [], []
         with self._lock:
             for (entry_id, group), consumed in zip(decoded, seen):

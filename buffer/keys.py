@@ -13,7 +13,8 @@ RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")   # no ':' or glob chars:
 
 PROMPT_READERS = "actors"     # consumer group of the prompts stream
 GROUP_READERS = "learner"     # consumer group of the groups stream
-PAYLOAD = b"data"             # the one field of every payload-carrying stream entry
+PAYLOAD = b"data"             # the payload field of every payload-carrying stream entry
+FRESH = b"fresh"              # field of a group entry whose group id put_group checked to be new
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class RunKeys:
         return self._k("consumed")
 
     @property
+    def fresh(self) -> str:        # set: group ids put once, not yet consumed (their entry is marked FRESH)
+        return self._k("fresh")
+
+    @property
     def counters(self) -> str:     # hash: audit counters and the unconsumed-groups gauge
         return self._k("counters")
 
@@ -92,7 +97,7 @@ class RunKeys:
     def all(self) -> list[str]:
         """Every key of the run (for deleting a run)."""
         return [self.prompts, self.groups, self.metrics, self.deadletter, self.version, self.versions,
-                self.actors, self.meta, self.consumed, self.counters, self.prompt_stream.acked,
+                self.actors, self.meta, self.consumed, self.fresh, self.counters, self.prompt_stream.acked,
                 self.group_stream.acked]
 
 

@@ -14,19 +14,26 @@ rules that make the buffer lossless live here:
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, NamedTuple, TypeVar
 
 import redis
 from redis.client import Pipeline
 
 from buffer.config import BufferConfig
 from buffer.deadletter import DeadLetterLog
-from buffer.keys import PAYLOAD, RunKeys, StreamSpec
+from buffer.keys import FRESH, PAYLOAD, RunKeys, StreamSpec
 from buffer.schema import InvalidMessage
 from buffer.scripts import ACK, Scripts, queue_eval
 
 T = TypeVar("T")
-Entry = tuple[str, "bytes | None"]     # (stream id, payload or None if the entry was deleted)
+
+
+class Entry(NamedTuple):
+    id: str
+    payload: bytes | None      # None: the entry was deleted or has no payload field
+    fresh: bool = False        # first delivery of an entry put_group marked FRESH
+
+
 MAX_BLOCK_MS = 20_000                   # below connect()'s 30 s socket timeout
 
 
@@ -78,7 +85,7 @@ class StreamQueue(Generic[T]):
                                            start_id=start, count=count - len(claimed))
             start = _text(reply[0])
             deleted = [_text(e) for e in (reply[2] if len(reply) > 2 else [])]   # Redis >= 7
-            claimed += [(_text(eid), _payload(fields)) for eid, fields in reply[1] if eid is not None]
+            claimed += [Entry(_text(eid), _payload(fields)) for eid, fields in reply[1] if eid is not None]
             if any(eid is None for eid, _ in reply[1]):   # Redis 6.2: a pending entry was XDELed
                 deleted += self._deleted_pending(consumer)
             if deleted:   # never silent: its payload is gone, but the loss is recorded
@@ -110,33 +117,38 @@ class StreamQueue(Generic[T]):
         if not reply:
             return []
         entries = reply[0][1] if isinstance(reply, list) else next(iter(reply.values()))[0]
-        return [(_text(eid), _payload(fields)) for eid, fields in entries]
+        first = start == ">"     # a re-read of one's own pending entries is not a first delivery
+        return [Entry(_text(eid), _payload(fields), first and FRESH in (fields or ()))
+                for eid, fields in entries]
 
     def _drop_poison(self, claimed: list[Entry]) -> list[Entry]:
         """Dead-letter reclaimed entries delivered more than ``max_deliveries`` times."""
         if not claimed:
             return claimed
         pipe = self.client.pipeline(transaction=False)
-        for entry_id, _ in claimed:
-            pipe.xpending_range(self.spec.key, self.spec.group, entry_id, entry_id, 1)
+        for entry in claimed:
+            pipe.xpending_range(self.spec.key, self.spec.group, entry.id, entry.id, 1)
         deliveries = {}
         for info in pipe.execute():
             if info:
                 deliveries[_text(info[0]["message_id"])] = int(info[0]["times_delivered"])
         keep, poison = [], []
-        for entry_id, raw in claimed:
-            n = deliveries.get(entry_id, 0)
-            (poison if n > self.cfg.max_deliveries else keep).append((entry_id, raw, n))
+        for entry in claimed:
+            n = deliveries.get(entry.id, 0)
+            if n > self.cfg.max_deliveries:
+                poison.append((entry.id, entry.payload,
+                               InvalidMessage("too_many_deliveries", f"delivered {n} times")))
+            else:
+                keep.append(entry)
         if poison:
-            self.reject([(eid, raw, InvalidMessage("too_many_deliveries", f"delivered {n} times"))
-                         for eid, raw, n in poison])
-        return [(eid, raw) for eid, raw, _ in keep]
+            self.reject(poison)
+        return keep
 
     # ---- validation
     def decode_or_reject(self, entries: list[Entry]) -> list[tuple[str, T]]:
         """Decode each payload; dead-letter + ACK the ones that fail (never raise, never drop)."""
         good, bad = [], []
-        for entry_id, raw in entries:
+        for entry_id, raw, _ in entries:
             try:
                 if raw is None:
                     raise InvalidMessage("missing_payload", "entry deleted or has no 'data' field")
@@ -163,7 +175,7 @@ class StreamQueue(Generic[T]):
         args: list[str] = [self.spec.group, self.gauge]
         for triple in triples:
             args.extend(triple)
-        keys = [self.spec.key, self.spec.acked, self.keys.counters, self.keys.consumed]
+        keys = [self.spec.key, self.spec.acked, self.keys.counters, self.keys.consumed, self.keys.fresh]
         if isinstance(client_or_pipe, Pipeline):
             return queue_eval(client_or_pipe, ACK, keys, args)
         return self.scripts.ack(keys=keys, args=args)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from buffer import BackpressureTimeout, BufferConfig, RunBuffer
-from buffer.keys import PAYLOAD
+from buffer.keys import FRESH, PAYLOAD
 from buffer.samples import make_group, make_prompt, tamper, tamper_response
 from buffer.schema import encode_group, encode_prompt, pack_logprobs
 
@@ -146,6 +146,64 @@ def test_no_duplicates_after_reclaim(make_buf):
     c = b.counts()
     assert (c["groups_written"], c["groups_consumed"], c["groups_duplicate_skipped"]) == (3, 2, 1)
     assert (c["groups_unconsumed"], c["consumed_ids"]) == (0, 2)
+
+
+def _smismember_calls(buf: RunBuffer) -> int:
+    return int(buf.client.info("commandstats").get("cmdstat_smismember", {}).get("calls", 0))
+
+
+def test_only_a_new_group_id_is_written_fresh(make_buf):
+    """put_group marks an entry FRESH iff its group id is neither consumed nor already in the stream."""
+    buf = make_buf()
+    buf.put_group(make_group("g0"))
+    buf.put_group(make_group("g0"))                                  # second copy while the first is unread
+    fresh = lambda: [FRESH in fields for _, fields in buf.client.xrange(buf.keys.groups)]   # noqa: E731
+    assert fresh() == [True, False]
+    assert buf.client.smembers(buf.keys.fresh) == {b"g0"}
+    _ack(buf, buf.take_groups("learner", 10, block_ms=0))
+    assert buf.client.scard(buf.keys.fresh) == 0                     # consumed: no longer fresh
+    buf.put_group(make_group("g0"))                                  # a copy after consumption
+    assert fresh() == [True, False, False]
+    assert buf.take_groups("learner", 10, block_ms=0) == []          # skipped (checked: consumed)
+    c = buf.counts()
+    assert (c["groups_written"], c["groups_consumed"], c["groups_duplicate_skipped"]) == (3, 1, 2)
+
+
+def test_first_delivery_of_fresh_entries_skips_the_consumed_check(make_buf):
+    buf = make_buf()
+    for i in range(4):
+        buf.put_group(make_group(f"g{i}", seed=i))
+    before = _smismember_calls(buf)
+    taken = buf.take_groups("learner", 10, block_ms=0)
+    assert len(taken) == 4 and _smismember_calls(buf) == before      # no round trip to the consumed set
+    assert [e for e, _ in buf.pending_groups("learner")] == [e for e, _ in taken]
+    assert _smismember_calls(buf) == before + 1                      # a re-read is checked
+
+
+def test_unmarked_copy_of_a_consumed_group_is_skipped_in_a_later_take(make_buf):
+    """A copy that bypassed put_group (no FRESH mark) is checked against the consumed set."""
+    buf = make_buf()
+    buf.put_group(make_group("g0"))
+    _ack(buf, buf.take_groups("learner", 10, block_ms=0))
+    buf.client.xadd(buf.keys.groups, {PAYLOAD: encode_group(make_group("g0"))})
+    assert buf.take_groups("learner", 10, block_ms=0) == []
+    assert buf.counts()["groups_duplicate_skipped"] == 1
+
+
+def test_ack_counts_a_group_trained_twice_across_and_within_calls(make_buf):
+    """The audit's canary: an effective 'trained' ACK of a group id already consumed, whether by
+    an earlier ACK or earlier in the same batch; a repeated ACK counts nothing."""
+    buf = make_buf()
+    for _ in range(3):                                               # copies that bypassed put_group
+        buf.client.xadd(buf.keys.groups, {PAYLOAD: encode_group(make_group("g0"))})
+    ids = [e.id for e in buf._groups.queue.read_new("learner", 10, 0)]
+    buf.ack_groups(ids[:1], ["g0"])
+    buf.ack_groups(ids[1:], ["g0", "g0"])
+    buf.ack_groups(ids, ["g0"] * 3)                                  # retried: no longer pending
+    twice = lambda: int(buf.client.hget(buf.keys.counters, "groups_consumed_twice") or 0)   # noqa: E731
+    assert twice() == 2
+    c = buf.counts()
+    assert (c["groups_consumed"], c["groups_unconsumed"], c["consumed_ids"]) == (3, 0, 1)   # gauge clamped at 0
 
 
 def test_restarted_learner_gets_its_pending_groups_back(make_buf):
