@@ -43,6 +43,7 @@ _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
 _local = threading.local()
 _MIN, _MAX = np.minimum.reduce, np.maximum.reduce
+_NEG_INF_BITS = -(1 << 23)            # float32 -inf (0xff800000) read as int32
 _frombuffer = np.frombuffer
 
 
@@ -386,14 +387,20 @@ def _scratch(name: str, dtype: np.dtype, size: int) -> np.ndarray:
 def _check_values(tokens: np.ndarray, logprobs: np.ndarray, responses: list[Response]) -> None:
     """Token ids >= 0; log-probs finite and <= 0 (1e-4 slack for sampler rounding).
 
-    Fast path: three reductions over the whole group (a NaN propagates into min and max); the
-    slow path, only for a bad group, names the offending response.
+    Fast path, two reductions over the whole group: the tokens' min, and the max of the log-probs'
+    bits read as int32, which is below that of -inf (0xff800000) only if every log-prob is a
+    negative finite float. A log-prob of +0.0 or above (a token of probability ~1) takes the float
+    min and max instead (a NaN propagates into both). Only a bad group takes the slow path, which
+    names the offending response.
     """
     if tokens.size == 0:
         return
-    lo, hi = float(_MIN(logprobs)), float(_MAX(logprobs))
-    if _MIN(tokens) >= 0 and math.isfinite(lo) and math.isfinite(hi) and hi <= 1e-4:
-        return
+    if _MIN(tokens) >= 0:
+        if _MAX(logprobs.view(_I32)) < _NEG_INF_BITS:
+            return
+        lo, hi = float(_MIN(logprobs)), float(_MAX(logprobs))
+        if math.isfinite(lo) and math.isfinite(hi) and hi <= 1e-4:
+            return
     for i, r in enumerate(responses):
         if r.token_ids.size and int(_MIN(r.token_ids)) < 0:
             raise InvalidMessage("bad_tokens", f"response {i}: negative token id")

@@ -128,6 +128,31 @@ def test_bad_response_is_named():
     assert decode_group(tamper_response(GOOD, 1, **FOUR)).group_id == "g"   # the helper itself keeps a group valid
 
 
+F32_MIN = np.float32(-3.4028235e38)
+
+
+@pytest.mark.parametrize("values,reason", [
+    ([-0.0, -1e-45, F32_MIN, -1.0], None),          # all negative: the one-reduction fast path
+    ([0.0, -1.0, -1.0, -1.0], None),                # +0.0 (probability ~1): the float min/max path
+    ([1e-4, F32_MIN, -0.0, -1.0], None),            # sampler rounding slack
+    ([2e-4, -1.0, -1.0, -1.0], "positive_logprobs"),
+    ([-np.inf, -1.0, -1.0, -1.0], "nonfinite_logprobs"),
+    ([-1.0, -np.nan, -1.0, -1.0], "nonfinite_logprobs"),
+    ([-1.0, np.nan, -1.0, -1.0], "nonfinite_logprobs"),
+    ([0.0, -1.0, np.inf, -1.0], "nonfinite_logprobs"),
+    ([-1.0, -1.0, -1.0, np.frombuffer(b"\x01\x00\x80\xff", np.float32)[0]], "nonfinite_logprobs"),  # -NaN, payload 1
+])
+def test_logprob_check_at_float32_bit_boundaries(values, reason):
+    """The fast path reads log-probs' bits as int32; every float32 class lands on the right side."""
+    payload = tamper_response(GOOD, 1, logprobs=np.array(values, np.float32).tobytes())
+    if reason is None:
+        assert decode_group(payload).responses[1].logprobs.tobytes() == np.array(values, np.float32).tobytes()
+    else:
+        with pytest.raises(InvalidMessage, match="response 1") as info:
+            decode_group(payload)
+        assert info.value.reason == reason
+
+
 def test_oversize_rejected_before_parsing():
     with pytest.raises(InvalidMessage) as info:
         decode_group(GOOD, max_bytes=len(GOOD) - 1)
