@@ -93,13 +93,25 @@ class GatherConnection(redis.Connection):
 
 def _send_all(sock: socket.socket, buffers: list) -> None:
     """``sendall`` for a list of buffers: repeat ``sendmsg`` until every byte is written."""
-    pending = [memoryview(b) for b in buffers]
+    pending = buffers
     while pending:
-        sent = sock.sendmsg(pending[:_IOV_MAX])
-        done = 0
-        while done < len(pending) and sent >= pending[done].nbytes:
-            sent -= pending[done].nbytes
-            done += 1
-        del pending[:done]
-        if sent:
-            pending[0] = pending[0][sent:]
+        pending = _unsent(pending, sock.sendmsg(pending[:_IOV_MAX]))
+
+
+def _unsent(pieces: list, sent: int) -> list:
+    """The pieces left after ``sent`` bytes went out; a partly sent one becomes a view of its rest."""
+    done = 0
+    while done < len(pieces):
+        size = _nbytes(pieces[done])
+        if sent < size:
+            break
+        sent -= size
+        done += 1
+    rest = pieces[done:]
+    if sent:
+        rest[0] = memoryview(rest[0]).cast("B")[sent:]
+    return rest
+
+
+def _nbytes(piece: Any) -> int:
+    return piece.nbytes if type(piece) is memoryview else len(piece)
