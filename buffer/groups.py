@@ -138,11 +138,12 @@ class GroupChannel:
             return []
         fresh = {e.id for e in entries if e.fresh}
         unsure = [g.group_id for entry_id, g in decoded if entry_id not in fresh]
-        in_consumed = iter(self.client.smismember(self.keys.consumed, unsure) if unsure else ())
-        seen = [entry_id not in fresh and next(in_consumed) for entry_id, _ in decoded]
+        hits = self.client.smismember(self.keys.consumed, unsure) if unsure else []
+        consumed_ids = {gid for gid, hit in zip(unsure, hits) if hit}
         out, duplicates = [], []
         with self._lock:
-            for (entry_id, group), consumed in zip(decoded, seen):
+            for entry_id, group in decoded:
+                consumed = entry_id not in fresh and group.group_id in consumed_ids
                 other = self._in_flight.get(group.group_id)
                 if consumed or (other is not None and other != entry_id):
                     duplicates.append(entry_id)
