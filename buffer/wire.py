@@ -5,7 +5,7 @@ arrays). Joining them costs a 0.5 MB copy per group; handing them to redis-py as
 one ``sendall`` system call per piece. Here a :class:`Parts` argument is packed as one RESP bulk
 string whose body is the caller's buffers, and :class:`GatherConnection` writes the whole
 command with ``sendmsg`` (one scatter-gather system call per socket buffer's worth).
-bench/buffer_throughput.py: buffer/raw 0.74 -> 0.77 with it, though the raw path uses it too.
+bench/buffer_throughput.py: buffer/raw-tuned 0.74 -> 0.77 with it, though that raw path uses it too.
 
 TLS sockets have no ``sendmsg``: an ``rediss://`` client keeps redis-py's SSL connection and
 sends the pieces one ``sendall`` each (same bytes on the wire).
