@@ -79,8 +79,8 @@ class RunKeys:
         return self._k("consumed")
 
     @property
-    def fresh(self) -> str:        # set: group ids put once, not yet consumed (their entry is marked FRESH)
-        return self._k("fresh")
+    def fresh(self) -> str:        # set: group ids put once, not yet consumed (their entry is marked FRESH);
+        return self._k("fresh")    # one dead-lettered on read stays (its id is unreadable): one per bad group
 
     @property
     def counters(self) -> str:     # hash: audit counters and the unconsumed-groups gauge
