@@ -23,12 +23,15 @@ class DeadLetterLog:
         self.client, self.keys, self.cfg = client, keys, cfg
 
     def add(self, pipe: Any, source: str, reason: str, raw: bytes | None = None, detail: str = "",
-            entry_id: str = "", stream: str = "") -> None:
-        """Queue the dead-letter XADD (and the counter) on ``pipe``: the caller's transaction."""
+            entry_id: str = "", stream: str = "", raw_len: int | None = None) -> None:
+        """Queue the dead-letter XADD (and the counter) on ``pipe``: the caller's transaction.
+
+        ``raw_len``: the payload's length when ``raw`` is already only its prefix.
+        """
         raw = raw if isinstance(raw, (bytes, bytearray, memoryview)) else b""
         fields = {
             "source": source, "reason": reason, "detail": detail[:2000], "entry_id": entry_id,
-            "stream": stream, "time": repr(time.time()), "raw_len": str(len(raw)),
+            "stream": stream, "time": repr(time.time()), "raw_len": str(len(raw) if raw_len is None else raw_len),
             "raw": bytes(raw[: self.cfg.deadletter_raw_bytes]),
         }
         pipe.xadd(self.keys.deadletter, fields, maxlen=self.cfg.deadletter_maxlen, approximate=True)

@@ -62,8 +62,9 @@ class GroupChannel:
         payload = Parts(group_frame_parts(group))    # the arrays go to the socket uncopied
         if len(payload) > self.cfg.max_message_bytes:
             pipe = self.client.pipeline(transaction=True)
-            self.deadletters.add(pipe, "put_group", "oversize", payload.tobytes(),
-                                 f"group {group.group_id}: {len(payload)} bytes > {self.cfg.max_message_bytes}")
+            self.deadletters.add(pipe, "put_group", "oversize", payload.prefix(self.cfg.deadletter_raw_bytes),
+                                 f"group {group.group_id}: {len(payload)} bytes > {self.cfg.max_message_bytes}",
+                                 raw_len=len(payload))   # never joined whole: it is oversize
             if prompt_entry_id:
                 self.prompts.ack_rejected(pipe, prompt_entry_id)
             pipe.execute()

@@ -13,7 +13,7 @@ The header holds the scalars and one ``lengths`` entry per response. 0xC1 is nev
 so a frame cannot be mistaken for a schema-1 group (one msgpack map with a bin per array), which
 is still decoded. Why frame: msgpack copies every bin on unpacking (0.5 MB per 4K-token group,
 plus a second copy to validate it in one pass); the frame's arrays are numpy views of the bytes
-redis-py returned, checked with three reductions (bench/buffer_throughput.py: -50 us per group).
+redis-py returned, checked with two reductions (bench/buffer_throughput.py: -50 us per group).
 The writer does not copy them either: :func:`group_frame_parts` hands the responses' own arrays
 to a scatter-gather write (buffer/wire.py).
 

@@ -35,8 +35,14 @@ class Parts:
     def __len__(self) -> int:
         return self.nbytes
 
-    def tobytes(self) -> bytes:
-        return b"".join(self.views)
+    def prefix(self, n: int) -> bytes:
+        """The first ``n`` bytes (a dead letter keeps only a prefix of an oversize payload)."""
+        out = bytearray()
+        for view in self.views:
+            if len(out) >= n:
+                break
+            out += view[:n - len(out)]
+        return bytes(out)
 
 
 class GatherPacker(PythonRespSerializer):

@@ -258,12 +258,14 @@ def test_bad_prompts_are_dead_lettered_and_acked(make_buf):
 
 
 def test_oversize_group_at_put_is_dead_lettered_and_its_prompt_answered(make_buf):
-    buf = make_buf(max_message_bytes=4096)
+    buf = make_buf(max_message_bytes=4096, deadletter_raw_bytes=1000)
     [entry] = buf.put_prompts([make_prompt("p0")])
     buf.take_prompts("actor-0", 1, block_ms=0)
-    assert buf.put_group(make_group("p0", n=4, tokens=1000), entry) == ""
+    group = make_group("p0", n=4, tokens=1000)
+    assert buf.put_group(group, entry) == ""
     [letter] = buf.dead_letters()
     assert (letter["source"], letter["reason"]) == ("put_group", "oversize") and letter["raw_len"] > 4096
+    assert letter["raw_len"] == len(encode_group(group)) and letter["raw"] == encode_group(group)[:1000]
     c = buf.counts()
     assert (c["prompts_pending"], c["prompts_deadlettered"], c["groups_written"]) == (0, 1, 0)
 

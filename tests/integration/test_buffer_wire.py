@@ -53,7 +53,8 @@ def test_packer_is_redis_pys_for_plain_commands():
     for args in (("SET", "k", b"v" * 10_000), ("XADD", "s", "*", "data", memoryview(b"abc")), ("CONFIG GET", "x"),
                  ("HINCRBY", "h", "f", -3), ("SET", "k", 1.5)):
         assert b"".join(map(bytes, ours.pack(*args))) == b"".join(map(bytes, theirs.pack(*args)))
-    assert Parts([b"ab", np.array([1], np.int32), b""]).tobytes() == b"ab\x01\x00\x00\x00"
+    parts = Parts([b"ab", np.array([1], np.int32), b""])
+    assert parts.prefix(100) == b"ab\x01\x00\x00\x00" and parts.prefix(3) == b"ab\x01" and parts.prefix(0) == b""
 
 
 def test_send_all_survives_partial_writes():
