@@ -1,4 +1,9 @@
-"""Generation actor settings: engine, sampling and how many actors run."""
+"""Generation actor settings: engines, placement and how many actors run.
+
+What every response is sampled with (group size, temperature, the stage's response budget) is
+the run's (``RunConfig``): each prompt message carries it (``PromptMsg.n_samples``,
+``temperature``, ``max_tokens``), so actors only execute what the feeder asks for.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,7 @@ class ActorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     num_actors: int = Field(2, ge=1, description="Number of GenerationActors (one vLLM engine each).")
-    group_size: int = Field(16, ge=1, description="Responses sampled per prompt (gs); the paper uses 16.")
-    temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (paper: 1.0; ablation 0.6). The learner divides logits by the same τ.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; keep 1.0 for unbiased behaviour log-probs.")
-    max_tokens: int = Field(16384, ge=1, description="Default response budget T; a stage's budget overrides it per prompt.")
     max_model_len: int = Field(32768, ge=16, description="vLLM context length (prompt + response).")
     max_prompts_in_flight: int = Field(64, ge=1, description="Prompts an actor keeps in its engine at once (continuous batching).")
     weight_transport: Literal["ray", "nccl"] = Field("ray", description="Ray object store (CPU, multi-node) or NCCL broadcast from learner rank 0 (GPU).")

@@ -26,7 +26,7 @@ def set_engine_env(cfg: ActorConfig) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def build_llm(cfg: ActorConfig, model_dir: str, seed: int):
+def build_llm(cfg: ActorConfig, model_dir: str, seed: int, max_num_seqs: int):
     set_engine_env(cfg)
     from vllm import LLM
 
@@ -37,7 +37,7 @@ def build_llm(cfg: ActorConfig, model_dir: str, seed: int):
         model=model_dir, dtype=dtype, seed=seed, max_model_len=cfg.max_model_len,
         enforce_eager=cfg.enforce_eager, tensor_parallel_size=cfg.tensor_parallel_size,
         worker_extension_cls="actors.worker_extension.LagrlWorkerExtension",
-        logprobs_mode="processed_logprobs", max_num_seqs=max(cfg.max_prompts_in_flight * cfg.group_size, 16),
+        logprobs_mode="processed_logprobs", max_num_seqs=max_num_seqs,
         disable_log_stats=True,
     )
     kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization if _on_gpu(cfg) else cfg.cpu_memory_utilization

@@ -28,7 +28,8 @@ import numpy as np
 import ray
 
 from actors.config import ActorConfig
-from buffer.schema import Group, PromptMsg, Response, encode_group
+from buffer.codec import encode_group
+from buffer.messages import Group, PromptMsg, Response
 
 
 @dataclass
@@ -65,20 +66,22 @@ class _Stats:
 class GenerationActorImpl:
     """The actor's body; wrapped with @ray.remote by `actors.factory`."""
 
-    def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir: str, cfg: ActorConfig,
-                 reward_scorer=None, transport=None, buffer_cfg=None):
+    def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir: str, cfg: ActorConfig, *,
+                 group_size: int, reward_scorer=None, transport=None, buffer_cfg=None):
         from actors.engine import build_llm
-        from actors.weight_sync import RayObjectStoreTransport
+        from actors.transport import make_transport
         from buffer import RunBuffer
 
         self.actor_id, self.cfg = actor_id, cfg
         # buffer_cfg: the run's BufferConfig (None = defaults), e.g. its reclaim_idle_ms / backpressure
         self.buffer = RunBuffer.from_url(redis_url, run_id, buffer_cfg)
         self.eval_buffer = RunBuffer.from_url(redis_url, eval_run_id(run_id), buffer_cfg)
-        self.transport = transport or RayObjectStoreTransport(run_id)
+        self.transport = transport or make_transport(cfg.weight_transport, run_id)
         self.scorer = reward_scorer
         index = int(actor_id.rsplit("-", 1)[-1]) if actor_id[-1].isdigit() else 0
-        self.llm = build_llm(cfg, model_dir, seed=cfg.seed + index)
+        # every prompt in flight runs its whole group at once (the run's group size)
+        self.llm = build_llm(cfg, model_dir, seed=cfg.seed + index,
+                             max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16))
         self.engine = self.llm.llm_engine
         self.version = 0
         self._prefix_cache_dirty = False
@@ -200,7 +203,7 @@ class GenerationActorImpl:
         from vllm.sampling_params import RequestOutputKind
 
         # FINAL_ONLY: one output per prompt once all n samples finished (as LLM.generate does).
-        params = SamplingParams(n=prompt.n_samples, temperature=self.cfg.temperature,
+        params = SamplingParams(n=prompt.n_samples, temperature=prompt.temperature,
                                 top_p=self.cfg.top_p, max_tokens=prompt.max_tokens, logprobs=0,
                                 output_kind=RequestOutputKind.FINAL_ONLY)
         request_id = f"{prompt.prompt_id}@{self.actor_id}"
@@ -219,7 +222,7 @@ class GenerationActorImpl:
             self.stats.tokens_generated += len(ids)
         p = job.prompt
         group = Group(group_id=p.prompt_id, prompt_id=p.prompt_id, data_source=p.data_source,
-                      step=p.step, stage=p.stage, prompt_ids=p.prompt_ids, answer=p.answer,
+                      step=p.step, stage=p.stage, max_tokens=p.max_tokens, prompt_ids=p.prompt_ids, answer=p.answer,
                       responses=responses, actor_id=self.actor_id, created_at=job.taken_at,
                       finished_at=time.time())
         texts = [c.text for c in out.outputs]

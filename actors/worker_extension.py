@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from actors.nccl_sync import NcclWorkerMixin
+from actors.transport.nccl import NcclWorkerMixin
 
 
 class LagrlWorkerExtension(NcclWorkerMixin):

@@ -107,17 +107,18 @@ class UnscoredRewards:
 class BareEngineImpl:
     """``vllm.LLM`` built exactly as the GenerationActor builds its engine, driven by ``generate``."""
 
-    def __init__(self, cfg, model_dir: str):
+    def __init__(self, cfg, model_dir: str, group_size: int):
         from actors.engine import build_llm
 
         self.cfg = cfg
-        self.llm = build_llm(cfg, model_dir, seed=cfg.seed)   # the actor's index 0 gets seed + 0
+        # as the actor's index 0 builds it: seed + 0, a whole group per prompt in flight
+        self.llm = build_llm(cfg, model_dir, seed=cfg.seed, max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16))
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int) -> tuple[int, float]:
         """(response tokens, seconds) for one ``LLM.generate`` call over every prompt."""
         from vllm import SamplingParams
 
-        params = SamplingParams(n=n, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+        params = SamplingParams(n=n, temperature=1.0, top_p=self.cfg.top_p,
                                 max_tokens=max_tokens, logprobs=0)
         t0 = time.perf_counter()
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
@@ -142,7 +143,7 @@ def engine_info() -> dict:
 def make_prompts(tok, problems, n: int, max_tokens: int, tag: str) -> list:
     import numpy as np
 
-    from buffer.schema import PromptMsg
+    from buffer.messages import PromptMsg
 
     return [PromptMsg(prompt_id=f"{tag}-{i}", data_source=p.data_source,
                       prompt_ids=np.asarray(tok(p.prompt)["input_ids"], dtype=np.int32),
@@ -191,8 +192,7 @@ def main() -> int:
     problems = read_jsonl(world.train_path)
     if len(problems) < max(args.prompts, args.warmup_prompts):
         problems = problems * (max(args.prompts, args.warmup_prompts) // len(problems) + 1)
-    cfg = ActorConfig(num_actors=1, group_size=args.group_size, max_tokens=args.max_tokens,
-                      max_model_len=args.max_model_len, max_prompts_in_flight=args.max_prompts_in_flight,
+    cfg = ActorConfig(num_actors=1, max_model_len=args.max_model_len, max_prompts_in_flight=args.max_prompts_in_flight,
                       num_cpus=args.num_cpus)
     print(f"actor throughput: {args.prompts} prompts x n {args.group_size}, max_tokens {args.max_tokens}, "
           f"{args.repeats} rounds, scoring {variants}, max_prompts_in_flight {cfg.max_prompts_in_flight}, "
@@ -210,7 +210,7 @@ def main() -> int:
             for v in variants:    # one actor per variant, each in its own run namespace (own prompts stream)
                 t = time.perf_counter()
                 run_id = f"bench-{uuid.uuid4().hex[:8]}"
-                [actor] = create_generation_actors(cfg, run_id, server.url, model_dir,
+                [actor] = create_generation_actors(cfg, run_id, server.url, model_dir, group_size=args.group_size,
                                                    reward_scorer=UnscoredRewards() if v == "none" else None)
                 actors[f"actor/{v}"] = (actor, RunBuffer.from_url(server.url, run_id))
                 loops += start_loops([actor])
@@ -219,7 +219,7 @@ def main() -> int:
                 print(f"  actor/{v} engine ready in {time.perf_counter() - t:.0f} s", flush=True)
             t = time.perf_counter()
             bare = ray.remote(BareEngineImpl).options(num_cpus=cfg.num_cpus, runtime_env={"env_vars": env}) \
-                .remote(cfg, model_dir)
+                .remote(cfg, model_dir, args.group_size)
             info["bare"] = ray.get(bare.__ray_call__.remote(lambda _self: engine_info()), timeout=600)
             print(f"  bare engine ready in {time.perf_counter() - t:.0f} s", flush=True)
             for side, i in info.items():

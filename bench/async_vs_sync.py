@@ -49,7 +49,7 @@ def configs(steps: int, run_dir: Path, tag: str, extra: list[str]):
     diff = sorted(k for k in a if a[k] != b[k])
     if diff != ["max_lag", "mode"] or cfgs["sync"].actors != cfgs["async"].actors:
         raise SystemExit(f"sync and async configs differ beyond mode/max_lag: {diff}")
-    assert cfgs["async"].learner.n_reuse == 1 and cfgs["async"].learner.mini_batch == cfgs["async"].learner.rollout_batch
+    assert cfgs["async"].learner.batch.n_reuse == 1 and cfgs["async"].learner.batch.mini_batch == cfgs["async"].learner.batch.rollout_batch
     return cfgs
 
 

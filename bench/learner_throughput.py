@@ -79,13 +79,14 @@ def main() -> None:
                                verbose=False)
     from learner.batching import Row, collate, plan_update
     from learner.engine import RankEngine, _load_hf_model
+    from learner.config import BatchConfig
     from learner.trainer_config import LearnerConfig
 
     tmp = tempfile.mkdtemp(prefix="lagrl-bench-")
     mdir, vocab = model_dir(args, tmp)
-    cfg = LearnerConfig(lr=1e-5, rollout_batch=1, mini_batch=1, group_size=args.rows, device=args.device,
-                        micro_batch_tokens=args.micro_batch_tokens, print_metrics=False)
-    ours = RankEngine(cfg, mdir, 0, 1, args.device)
+    cfg = LearnerConfig(lr=1e-5, batch=BatchConfig(rollout_batch=1, mini_batch=1), device=args.device,
+                        micro_batch_tokens=args.micro_batch_tokens)
+    ours = RankEngine(cfg, mdir, 0, 1, args.device, group_size=args.rows)   # one group of all rows
     bare_model = _load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False)
     bare, *_ = deepspeed.initialize(model=bare_model, model_parameters=bare_model.parameters(),
                                     config=ours.ds_config)
@@ -102,7 +103,7 @@ def main() -> None:
     dev = ours.device
 
     def step_ours() -> None:
-        ours.train_update(rows, mbs, ours.version, cfg.loss, args.entropy_coef, require_lag0=False)
+        ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, args.entropy_coef, require_lag0=False)
 
     def step_bare() -> None:
         for i, mb in enumerate(collated):

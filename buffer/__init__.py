@@ -1,13 +1,13 @@
 """The Redis-backed, versioned trajectory buffer (DESIGN.md §2-3, §10).
 
-Import the classes from here; pure helpers (``buffer.versions``, ``buffer.schema``) import no
+Import the classes from here; pure helpers (``buffer.versions``, ``buffer.codec``) import no
 server machinery beyond redis-py.
 """
 
 from buffer.config import BufferConfig
 from buffer.groups import BackpressureTimeout
 from buffer.keys import RunKeys
-from buffer.schema import Group, InvalidMessage, PromptMsg, Response
+from buffer.messages import Group, InvalidMessage, PromptMsg, Response
 from buffer.server import EmbeddedRedis, connect, open_buffer_server
 from buffer.streams import RunBuffer
 

@@ -25,7 +25,8 @@ from buffer.deadletter import DeadLetterLog
 from buffer.keys import PROMPT_READERS, RunKeys
 from buffer.prompts import PromptChannel
 from buffer.queue import Entry, StreamQueue
-from buffer.schema import Group, decode_group, group_frame_parts
+from buffer.codec import decode_group, group_frame_parts
+from buffer.messages import Group
 from buffer.scripts import Scripts
 from buffer.wire import Parts
 

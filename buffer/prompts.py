@@ -13,7 +13,8 @@ from buffer.config import BufferConfig
 from buffer.deadletter import DeadLetterLog
 from buffer.keys import PAYLOAD, RunKeys
 from buffer.queue import StreamQueue
-from buffer.schema import InvalidMessage, PromptMsg, decode_prompt, encode_prompt
+from buffer.codec import decode_prompt, encode_prompt
+from buffer.messages import InvalidMessage, PromptMsg
 from buffer.scripts import Scripts
 
 

@@ -22,7 +22,7 @@ from redis.client import Pipeline
 from buffer.config import BufferConfig
 from buffer.deadletter import DeadLetterLog
 from buffer.keys import FRESH, PAYLOAD, RunKeys, StreamSpec
-from buffer.schema import InvalidMessage
+from buffer.messages import InvalidMessage
 from buffer.scripts import ACK, Scripts, queue_eval
 
 T = TypeVar("T")

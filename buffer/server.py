@@ -150,7 +150,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     """Atomic write, readable by the owner only (the file holds the password)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -300,7 +300,7 @@ class EmbeddedRedis:
         errors = []
         for port in ports:
             conf = self.data_dir / "redis.conf"
-            _write_private(conf, self._config_text(port))
+            write_private(conf, self._config_text(port))
             stderr = open(self.data_dir / "redis.stderr", "wb")
             self._proc = subprocess.Popen([binary, str(conf)], cwd=self.data_dir, stdin=subprocess.DEVNULL,
                                           stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
@@ -364,7 +364,7 @@ class EmbeddedRedis:
             return {}
 
     def _write_json(self) -> None:
-        _write_private(self.json_path, json.dumps({
+        write_private(self.json_path, json.dumps({
             "pid": self.pid, "port": self.port, "password": self.password, "host": HOST,
             "appendfsync": self.appendfsync, "data_dir": str(self.data_dir), "updated_at": time.time(),
         }, indent=1))

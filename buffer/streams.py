@@ -24,7 +24,7 @@ from buffer.deadletter import DeadLetterLog
 from buffer.groups import GroupChannel
 from buffer.keys import RunKeys
 from buffer.prompts import PromptChannel
-from buffer.schema import Group, PromptMsg
+from buffer.messages import Group, PromptMsg
 from buffer.scripts import Scripts
 from buffer.server import connect
 from buffer.telemetry import Telemetry

@@ -15,7 +15,8 @@ import redis
 
 from buffer.config import BufferConfig
 from buffer.keys import PAYLOAD, RunKeys
-from buffer.schema import InvalidMessage, decode_map, encode_map
+from buffer.codec import decode_map, encode_map
+from buffer.messages import InvalidMessage
 
 
 class Telemetry:

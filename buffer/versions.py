@@ -4,9 +4,10 @@ Version v = number of optimizer updates the learner has applied. Only the learne
 together with where the weights of v can be fetched, in one atomic step that refuses to go
 backwards (a stale learner process must not roll the actors back).
 
-Admission: a prompt issued for learner step s may start only on weights of version
-``>= s * updates_per_step - max_lag``. Strict on-policy (updates_per_step=1, max_lag=0): the
-prompt of step s needs exactly the version the learner has when it trains step s, so lag is 0.
+Admission (the one home of the formula): a prompt issued for learner step s may start only on
+weights of version ``>= s * updates_per_step - max_lag``. Strict on-policy (updates_per_step=1,
+max_lag=0): the prompt of step s needs exactly the version the learner has when it trains step
+s, so lag is 0.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import redis
 
 from buffer.keys import RunKeys
 from buffer.queue import MAX_BLOCK_MS
-from buffer.schema import Group
+from buffer.messages import Group
 from buffer.scripts import Scripts
 
 VERSION_HISTORY_MAXLEN = 100_000
@@ -31,8 +32,17 @@ def min_version_for_step(step: int, updates_per_step: int, max_lag: int) -> int:
     return max(0, step * updates_per_step - max_lag)
 
 
-def may_start(step: int, version: int, updates_per_step: int, max_lag: int) -> bool:
-    return version >= min_version_for_step(step, updates_per_step, max_lag)
+def newest_admissible_step(version: int, updates_per_step: int, max_lag: int) -> int:
+    """The newest learner step whose prompts may start at ``version``: the largest s with
+    ``min_version_for_step(s) <= version`` (the feeder issues every step up to it)."""
+    if version < 0 or updates_per_step < 1 or max_lag < 0:
+        raise ValueError(f"version={version} updates_per_step={updates_per_step} max_lag={max_lag}")
+    return (version + max_lag) // updates_per_step
+
+
+def learner_step_at(version: int, updates_per_step: int) -> int:
+    """The learner step that trains next once ``version`` is published (a step ends on a publish)."""
+    return version // updates_per_step
 
 
 def group_lags(group: Group, learner_version: int) -> np.ndarray:

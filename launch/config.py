@@ -1,11 +1,16 @@
 """The run configuration: one typed config per component, composed, with CLI overrides.
 
-    RunConfig
+    RunConfig                                      (run-wide: temperature, group size, steps, seed)
     ├── buffer:  buffer.config.BufferConfig        (Redis, backpressure, retention)
     ├── actors:  actors.config.ActorConfig         (vLLM engines, sampling)
     ├── rewards: rewards.config.RewardConfig       (verifiers, sandbox, worker pool)
     ├── learner: learner.trainer_config.LearnerConfig (mode, batches, loss, entropy, DeepSpeed)
-    └── data:    DataConfig                        (model, datasets, stages, evaluation)
+    └── data:    DataConfig                        (model, datasets, stages = response budgets, evaluation)
+
+Settings that several components must agree on live once, at the top: the sampling
+temperature (actors sample at it, the learner divides its logits by it), the group size and
+the per-stage response budget (``data.stages``). The driver hands them down (prompts carry
+them to the actors; the learner gets them as arguments), so no component holds a copy.
 
 Presets (launch/presets.py) build these objects in Python; `--section.field value` overrides
 any field; the resolved config is printed and saved as JSON in the run directory at start.
@@ -50,6 +55,20 @@ class DataConfig(BaseModel):
     eval_max_problems: int = Field(256, ge=1, description="Cap on held-out problems per evaluation.")
     shuffle_seed: int = Field(0, ge=0, description="Seed of the training-prompt order.")
 
+    def stage_at(self, step: int) -> tuple[int, int]:
+        """(stage index, response budget) at learner ``step``; the last stage runs to the end."""
+        start = 0
+        for i, stage in enumerate(self.stages):
+            if stage.steps is None or step < start + stage.steps:
+                return i, stage.max_tokens
+            start += stage.steps
+        return len(self.stages) - 1, self.stages[-1].max_tokens
+
+    @property
+    def max_response_tokens(self) -> int:
+        """The largest budget of any stage (the context the engines must hold)."""
+        return max(s.max_tokens for s in self.stages)
+
 
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -61,6 +80,10 @@ class RunConfig(BaseModel):
     steps: int = Field(100, ge=1, description="Learner steps to run.")
     seed: int = Field(0, ge=0, description="Global seed.")
     tiny: bool = Field(False, description="Use the tiny CPU world (built and cached on first use).")
+    temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
+                               "ablation 0.6): the actors sample at it and the learner divides its logits by it.")
+    group_size: int = Field(16, ge=2, description="gs: responses sampled per prompt (16 in the paper; >= 2 "
+                            "for a group standard deviation).")
     max_wall_s: float | None = Field(None, gt=0, description="Stop cleanly after this many seconds.")
     buffer: BufferConfig = Field(default_factory=BufferConfig)
     actors: ActorConfig = Field(default_factory=ActorConfig)
@@ -70,12 +93,11 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
-        if self.actors.group_size != self.learner.group_size:
-            raise ValueError(f"actors.group_size={self.actors.group_size} != learner.group_size="
-                             f"{self.learner.group_size}: both must be the group size gs")
-        if self.actors.temperature != self.learner.temperature:
-            raise ValueError("actors.temperature and learner.temperature must match: the learner "
-                             "divides logits by the sampling temperature")
+        cache = self.learner.advantage.overlong_cache
+        shortest = min(s.max_tokens for s in self.data.stages)
+        if cache is not None and cache > shortest:
+            raise ValueError(f"learner.advantage.overlong_cache={cache} exceeds the shortest stage budget "
+                             f"{shortest}: L_cache must be <= L_max of every stage")
         return self
 
     @property

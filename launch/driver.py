@@ -49,21 +49,6 @@ def _init_ray(cfg: RunConfig) -> None:
              _node_ip_address="127.0.0.1", runtime_env={"env_vars": env})
 
 
-def _stage_schedule(cfg: RunConfig):
-    """step -> (stage index, response budget) for the multi-stage context schedule."""
-    bounds, start = [], 0
-    for i, stage in enumerate(cfg.data.stages):
-        end = start + stage.steps if stage.steps else None
-        bounds.append((start, end, i, stage.max_tokens))
-        start = end if end is not None else start
-    def at(step: int) -> tuple[int, int]:
-        for lo, hi, i, tokens in bounds:
-            if step >= lo and (hi is None or step < hi):
-                return i, tokens
-        return bounds[-1][2], bounds[-1][3]
-    return at
-
-
 class _Stop:
     """SIGTERM (ray job stop) and SIGINT end the run cleanly between learner steps."""
 
@@ -83,14 +68,16 @@ def run(cfg: RunConfig) -> RunResult:
     import ray
     from transformers import AutoTokenizer
 
-    from actors.factory import create_generation_actors, fan_out, start_loops
-    from actors.weight_sync import make_transport
+    from actors.factory import create_generation_actors, start_loops
+    from actors.transport import make_transport
     from buffer import RunBuffer, open_buffer_server
+    from buffer.server import write_private
     from launch.data import PromptRenderer, load_problems
     from launch.evaluation import Evaluator
     from launch.feeder import PromptFeeder
     from launch.progress import Progress
     from launch.prompt_stats import PromptStats
+    from launch.summary import build_summary, format_summary, read_metrics
     from learner.loop import Learner
     from rewards.workers import RewardPool
 
@@ -105,73 +92,83 @@ def run(cfg: RunConfig) -> RunResult:
     buffer = RunBuffer.from_url(url, cfg.run_id, cfg.buffer)
     buffer.set_meta(config=cfg.model_dump_json(), preset=cfg.preset, model_dir=model_dir,
                     tokenizer_path=model_dir, run_path=str(run_path), started=time.time())
-    (run_path / "redis_url.txt").write_text(url + "\n")
+    write_private(run_path / "redis_url.txt", url + "\n")     # holds the password
     print(f"[driver] run {cfg.run_id} in {run_path}; redis {url.split('@')[-1]}; "
           f"ray {ray.get_runtime_context().gcs_address}", flush=True)
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     renderer = PromptRenderer(tokenizer, cfg.data.chat_template, template)
     problems = load_problems(train_path, cfg.data.prompt_key, cfg.data.answer_key)
-    stage_at = _stage_schedule(cfg)
     result = RunResult(cfg.run_id, run_path, url)
-    stop = _Stop()
+    stop, stop_reason = _Stop(), "completed"
     pool = actors = loops = feeder = learner = None
     try:
         pool = RewardPool(cfg=cfg.rewards)
-        lc = cfg.learner.model_copy(update={"max_response_tokens": stage_at(0)[1]})
-        learner = Learner.from_url(lc, buffer_url=url, run_id=cfg.run_id, model_dir=model_dir,
-                                   run_dir=run_path, transport=make_transport(cfg.actors.weight_transport, cfg.run_id),
-                                   buffer_cfg=cfg.buffer)
-        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, reward_scorer=pool,
-                                          buffer_cfg=cfg.buffer)
+        learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
+                                   model_dir=model_dir, run_dir=run_path,
+                                   transport=make_transport(cfg.actors.weight_transport, cfg.run_id),
+                                   temperature=cfg.temperature, group_size=cfg.group_size)
+        if learner.resumed_from:
+            r = learner.resumed_from
+            print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
+                  f"(buffer at {r['published']})", flush=True)
+        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, group_size=cfg.group_size,
+                                          reward_scorer=pool, buffer_cfg=cfg.buffer)
         loops = start_loops(actors)
-        feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=lc.rollout_batch, n_sgd=lc.n_sgd,
-                              max_lag=lc.max_lag, group_size=cfg.actors.group_size,
-                              max_model_len=cfg.actors.max_model_len, stage_tokens=stage_at,
+        feeder = PromptFeeder(buffer, problems, renderer, batch=cfg.learner.batch, max_lag=cfg.learner.max_lag,
+                              group_size=cfg.group_size, temperature=cfg.temperature,
+                              max_model_len=cfg.actors.max_model_len, stage_at=cfg.data.stage_at,
                               seed=cfg.data.shuffle_seed)
         stats = PromptStats(buffer)
         evaluator = None
         if eval_path:
             evaluator = Evaluator(url, cfg.run_id, load_problems(eval_path, cfg.data.prompt_key, cfg.data.answer_key),
-                                  renderer, n=cfg.data.eval_n, max_tokens=stage_at(0)[1],
+                                  renderer, n=cfg.data.eval_n, temperature=cfg.temperature,
                                   max_problems=cfg.data.eval_max_problems)
+
+        def evaluate() -> None:
             if _servable(learner, buffer):
-                result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
+                budget = cfg.data.stage_at(learner.steps_done)[1]    # the current stage's budget
+                result.evals.append(_evaluate(evaluator, buffer, learner, budget))
+
+        if evaluator:
+            evaluate()
         feeder.start()
         progress = Progress(cfg.steps, start_step=learner.steps_done)
-        stage = stage_at(learner.steps_done)[0]
+        stage = cfg.data.stage_at(learner.steps_done)[0]
         while learner.steps_done < cfg.steps and not stop.requested:
             if cfg.max_wall_s and time.monotonic() - started > cfg.max_wall_s:
-                print(f"[driver] max_wall_s={cfg.max_wall_s} reached", flush=True)
+                stop_reason = f"max_wall_s={cfg.max_wall_s} reached"
+                print(f"[driver] {stop_reason}", flush=True)
                 break
-            new_stage, tokens = stage_at(learner.steps_done)
+            new_stage, tokens = cfg.data.stage_at(learner.steps_done)
             if new_stage != stage:
                 stage = new_stage
-                learner.cfg.max_response_tokens = tokens
-                if cfg.data.online_filter:
-                    solved = stats.update().solved()
-                    feeder.mark_solved(solved)
-                    print(f"[driver] stage {stage}: response budget {tokens}; filtered {len(solved)} solved prompts", flush=True)
+                solved = stats.update().solved() if cfg.data.online_filter else set()
+                feeder.mark_solved(solved)
+                print(f"[driver] stage {stage}: response budget {tokens} tokens; filtered {len(solved)} "
+                      f"solved prompts", flush=True)
             metrics = learner.step()
             stats.update()
             result.metrics.append(metrics)
             _append_jsonl(run_path / "metrics.jsonl", metrics)
             print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
-            if evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0 \
-                    and _servable(learner, buffer):
-                result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
-        if evaluator and (not result.evals or result.evals[-1]["step"] != learner.steps_done) \
-                and _servable(learner, buffer):
-            result.evals.append(_evaluate(evaluator, buffer, learner, step=learner.steps_done))
+            if evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0:
+                evaluate()
+        if stop.requested:
+            stop_reason = "stopped by signal"
+        if evaluator and (not result.evals or result.evals[-1]["step"] != learner.steps_done):
+            evaluate()
     finally:
         _shutdown(feeder, actors, loops, learner, pool)
         if server is not None:
             server.stop()
     result.seconds = time.monotonic() - started
-    summary = {"run_id": cfg.run_id, "steps": len(result.metrics), "seconds": round(result.seconds, 1),
-               "evals": result.evals, "run_path": str(run_path)}
+    summary = build_summary(run_id=cfg.run_id, preset=cfg.preset, run_path=run_path, steps_total=cfg.steps,
+                            seconds=result.seconds, rows=read_metrics(run_path / "metrics.jsonl"),
+                            evals=result.evals, stop_reason=stop_reason)
     (run_path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    print(f"[driver] done: {json.dumps(summary, default=float)}", flush=True)
+    print(format_summary(summary), flush=True)
     return result
 
 
@@ -191,8 +188,9 @@ def _servable(learner, buffer) -> bool:
     return learner.version >= published
 
 
-def _evaluate(evaluator, buffer, learner, step: int) -> dict:
-    row = {"step": step, "version": learner.version, **evaluator.evaluate(learner.version, step)}
+def _evaluate(evaluator, buffer, learner, max_tokens: int) -> dict:
+    step = learner.steps_done
+    row = {"step": step, "version": learner.version, **evaluator.evaluate(learner.version, step, max_tokens)}
     buffer.write_metrics(row)
     print(f"[eval] step {step} version {learner.version}: avg@{row['eval/n']} {row['eval/avg@n']:.3f} "
           f"over {row['eval/problems']} problems ({row['eval/seconds']:.1f}s)", flush=True)

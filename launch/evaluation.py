@@ -14,27 +14,28 @@ import numpy as np
 
 from actors.generation import eval_run_id
 from buffer import RunBuffer
-from buffer.schema import PromptMsg
+from buffer.messages import PromptMsg
 from launch.data import Problem, PromptRenderer
 from rewards.evaluate import summarize
 
 
 class Evaluator:
     def __init__(self, url: str, run_id: str, problems: list[Problem], renderer: PromptRenderer, *,
-                 n: int, max_tokens: int, max_problems: int, timeout_s: float = 1800.0):
+                 n: int, temperature: float, max_problems: int, timeout_s: float = 1800.0):
         self.buffer = RunBuffer.from_url(url, eval_run_id(run_id))
         self.problems = problems[:max_problems]
-        self.renderer, self.n, self.max_tokens, self.timeout_s = renderer, n, max_tokens, timeout_s
+        self.renderer, self.n, self.temperature, self.timeout_s = renderer, n, temperature, timeout_s
         self._round = 0
 
-    def evaluate(self, version: int, step: int) -> dict:
-        """Sample n responses per held-out problem with weights >= `version`; avg@n and pass@n."""
+    def evaluate(self, version: int, step: int, max_tokens: int) -> dict:
+        """Sample n responses per held-out problem with weights >= `version` and the response budget
+        of the current stage; avg@n and pass@n."""
         self._round += 1
         tag = f"eval{self._round}-v{version}"
         prompts = [PromptMsg(prompt_id=f"{tag}-{i}", data_source=p.data_source,
                              prompt_ids=np.asarray(self.renderer.ids(p.problem), dtype=np.int32),
-                             answer=p.answer, n_samples=self.n, max_tokens=self.max_tokens, step=step,
-                             min_version=version, meta={"problem_id": p.id})
+                             answer=p.answer, n_samples=self.n, max_tokens=max_tokens, step=step,
+                             min_version=version, temperature=self.temperature, meta={"problem_id": p.id})
                    for i, p in enumerate(self.problems)]
         start = time.monotonic()
         self.buffer.put_prompts(prompts)

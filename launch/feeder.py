@@ -20,12 +20,14 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
-from buffer.schema import PromptMsg
-from buffer.versions import min_version_for_step
+from buffer.messages import PromptMsg
+from buffer.versions import learner_step_at, min_version_for_step, newest_admissible_step
 from launch.data import Problem, PromptRenderer
+from learner.config import BatchConfig
 
 
 @dataclass
@@ -43,13 +45,14 @@ class FeedStats:
 
 
 class PromptFeeder:
-    def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, rollout_batch: int,
-                 n_sgd: int, max_lag: int, group_size: int, max_model_len: int, stage_tokens,
-                 seed: int = 0, hint_wait_s: float = 2.0):
+    def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, batch: BatchConfig,
+                 max_lag: int, group_size: int, temperature: float, max_model_len: int,
+                 stage_at: Callable[[int], tuple[int, int]], seed: int = 0, hint_wait_s: float = 2.0):
         self.buffer, self.renderer = buffer, renderer
-        self.rollout_batch, self.n_sgd, self.max_lag = rollout_batch, n_sgd, max_lag
-        self.group_size, self.max_model_len = group_size, max_model_len
-        self.stage_tokens = stage_tokens          # callable: step -> (stage index, max_tokens)
+        self.rollout_batch, self.n_sgd, self.max_lag = batch.rollout_batch, batch.n_sgd, max_lag
+        # what every prompt asks the actors for (the run's settings)
+        self.group_size, self.temperature, self.max_model_len = group_size, temperature, max_model_len
+        self.stage_at = stage_at                  # step -> (stage index, response budget)
         self.problems = list(problems)
         self.rng = random.Random(seed)
         self.order: list[Problem] = []
@@ -75,7 +78,7 @@ class PromptFeeder:
 
     # ---- issuing
     def issue(self, step: int, count: int) -> int:
-        stage, max_tokens = self.stage_tokens(step)
+        stage, max_tokens = self.stage_at(step)
         min_version = min_version_for_step(step, self.n_sgd, self.max_lag)
         msgs = []
         for _ in range(count):
@@ -91,7 +94,7 @@ class PromptFeeder:
                 continue
             msgs.append(PromptMsg(prompt_id=prompt_id, data_source=p.data_source, prompt_ids=ids,
                                   answer=p.answer, n_samples=self.group_size, max_tokens=max_tokens,
-                                  step=step, min_version=min_version, stage=stage,
+                                  step=step, min_version=min_version, stage=stage, temperature=self.temperature,
                                   meta={"problem_id": p.id}))
         if msgs:
             self.buffer.put_prompts(msgs)
@@ -103,9 +106,8 @@ class PromptFeeder:
     def tick(self) -> None:
         """Issue whatever is admissible now (called in a loop by the feeder thread)."""
         version, _ = self.buffer.get_version()
-        learner_step = version // self.n_sgd
-        newest_step = (version + self.max_lag) // self.n_sgd      # newest step admissible at this version
-        for step in range(learner_step, newest_step + 1):
+        learner_step = learner_step_at(version, self.n_sgd)
+        for step in range(learner_step, newest_admissible_step(version, self.n_sgd, self.max_lag) + 1):
             if step not in self.stats.per_step:
                 self.issue(step, self.rollout_batch)
         state = self.stats.per_step[learner_step]
@@ -141,7 +143,7 @@ class PromptFeeder:
         if c["prompts_issued"] == 0:
             return
         version, _ = self.buffer.get_version()
-        for step in range((version + self.max_lag) // self.n_sgd + 1):
+        for step in range(newest_admissible_step(version, self.n_sgd, self.max_lag) + 1):
             self.stats.per_step.setdefault(step, _StepState())
         self._serial = c["prompts_issued"] + c["deadlettered"]
 

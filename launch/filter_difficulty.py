@@ -88,8 +88,8 @@ def read_records(path: str | Path, prompt_key: str, answer_key: str) -> list[dic
     return rows
 
 
-def build_engine(model_dir: str, *, n: int, temperature: float, max_tokens: int, max_model_len: int,
-                 batch_prompts: int, dtype: str, seed: int, cpu_kv_cache_gib: int, tensor_parallel_size: int):
+def build_engine(model_dir: str, *, n: int, max_model_len: int, batch_prompts: int, dtype: str, seed: int,
+                 cpu_kv_cache_gib: int, tensor_parallel_size: int):
     """A vLLM engine with the actors' settings (``actors.engine.build_llm``); GPU when torch sees one."""
     from actors.config import ActorConfig
     from actors.engine import build_llm, set_engine_env
@@ -97,12 +97,11 @@ def build_engine(model_dir: str, *, n: int, temperature: float, max_tokens: int,
     import torch
 
     gpus = 1.0 if torch.cuda.is_available() else 0.0
-    cfg = ActorConfig(num_actors=1, group_size=n, temperature=temperature, max_tokens=max_tokens,
-                      max_model_len=max_model_len, max_prompts_in_flight=batch_prompts, num_gpus=gpus,
+    cfg = ActorConfig(num_actors=1, max_model_len=max_model_len, max_prompts_in_flight=batch_prompts, num_gpus=gpus,
                       tensor_parallel_size=tensor_parallel_size, dtype=dtype, enforce_eager=True,
                       cpu_kv_cache_gib=cpu_kv_cache_gib, seed=seed)
     set_engine_env(cfg)
-    return build_llm(cfg, model_dir, seed)
+    return build_llm(cfg, model_dir, seed, max_num_seqs=max(batch_prompts * n, 16))
 
 
 def sample_and_score(llm, records: list[dict], prompt_ids: list[list[int] | None], *, n: int, temperature: float,
@@ -217,7 +216,7 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
     log(f"[filter] {len(records)} prompts from {input}; model {model_dir}; n={n} τ={temperature} "
         f"max_tokens={max_tokens} max_model_len={max_model_len}")
 
-    llm = build_engine(model_dir, n=n, temperature=temperature, max_tokens=max_tokens, max_model_len=max_model_len,
+    llm = build_engine(model_dir, n=n, max_model_len=max_model_len,
                        batch_prompts=batch_prompts, dtype=dtype, seed=seed, cpu_kv_cache_gib=cpu_kv_cache_gib,
                        tensor_parallel_size=tensor_parallel_size)
     log(f"[filter] engine ready after {time.monotonic() - start:.0f}s")

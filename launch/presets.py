@@ -11,7 +11,7 @@ from typing import Callable
 
 from actors.config import ActorConfig
 from launch.config import DataConfig, RunConfig, StageConfig
-from learner.config import AdaptiveEntropy, FixedEntropy, NoEntropy, PolicyLossConfig
+from learner.config import AdaptiveEntropy, BatchConfig, FixedEntropy, NoEntropy, PolicyLossConfig
 from learner.trainer_config import LearnerConfig
 
 
@@ -19,32 +19,35 @@ def baseline() -> RunConfig:
     """Skywork-OR1 §4 baseline: D_R 64, gs 16, T 16K, lr 1e-6, τ 1.0, adaptive entropy (tgt 0.2),
     no KL, strict on-policy (N_reuse 1, D_T = D_R, symmetric clip 0.2)."""
     return RunConfig(
-        preset="baseline",
-        actors=ActorConfig(group_size=16, temperature=1.0, max_tokens=16384, max_model_len=16384 + 2048),
-        learner=LearnerConfig(mode="on_policy", rollout_batch=64, mini_batch=64, n_reuse=1, group_size=16,
-                              lr=1e-6, temperature=1.0, entropy=AdaptiveEntropy(target=0.2)),
+        preset="baseline", temperature=1.0, group_size=16,
+        actors=ActorConfig(max_model_len=16384 + 2048),
+        learner=LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=64, mini_batch=64, n_reuse=1),
+                              lr=1e-6, entropy=AdaptiveEntropy(target=0.2)),
         data=DataConfig(stages=[StageConfig(max_tokens=16384)]),
     )
 
 
-def _with(cfg: RunConfig, name: str, actors: dict | None = None, **learner) -> RunConfig:
-    """Copy of cfg with learner (and actor) fields replaced, re-validated as a whole."""
+def _with(cfg: RunConfig, name: str, run: dict | None = None, **learner) -> RunConfig:
+    """Copy of cfg with run-wide and learner fields replaced, re-validated as a whole."""
     data = cfg.model_dump()
-    data["preset"] = name
-    data["actors"].update(actors or {})
+    data.update(run or {}, preset=name)
     data["learner"].update({k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in learner.items()})
     return RunConfig.model_validate(data)
+
+
+def _batch(d_r: int, d_t: int, n_reuse: int = 1) -> BatchConfig:
+    return BatchConfig(rollout_batch=d_r, mini_batch=d_t, n_reuse=n_reuse)
 
 
 def reuse(n_reuse: int, d_r: int, d_t: int, eps_high: float = 0.2, max_lag: int | None = None) -> Callable[[], RunConfig]:
     """Ablation quadruple (N_reuse, D_R, D_T): N_SGD = D_R/D_T * N_reuse. (1, D, D) is on-policy."""
     def make() -> RunConfig:
         name = f"reuse{n_reuse}_dr{d_r}_dt{d_t}" + (f"_eh{eps_high:g}" if eps_high != 0.2 else "")
+        batch = _batch(d_r, d_t, n_reuse)
         if n_reuse == 1 and d_r == d_t and eps_high == 0.2:
-            return _with(baseline(), name, rollout_batch=d_r, mini_batch=d_t)
-        n_sgd = d_r // d_t * n_reuse
-        return _with(baseline(), name, mode="off_policy", rollout_batch=d_r, mini_batch=d_t, n_reuse=n_reuse,
-                     max_lag=max_lag if max_lag is not None else n_sgd,
+            return _with(baseline(), name, batch=batch)
+        return _with(baseline(), name, mode="off_policy", batch=batch,
+                     max_lag=max_lag if max_lag is not None else batch.n_sgd,
                      loss=PolicyLossConfig(eps_low=0.2, eps_high=eps_high))
     return make
 
@@ -67,8 +70,8 @@ def clip_higher(eps_high: float) -> Callable[[], RunConfig]:
 
 def temperature(tau: float) -> Callable[[], RunConfig]:
     def make() -> RunConfig:
-        # the learner divides logits by the sampling temperature: both sides change together
-        return _with(baseline(), f"temp_{tau:g}", actors={"temperature": tau}, temperature=tau)
+        # one run-wide setting: the actors sample at it and the learner divides its logits by it
+        return _with(baseline(), f"temp_{tau:g}", run={"temperature": tau})
     return make
 
 
@@ -118,22 +121,23 @@ def scale_to_tiny(cfg: RunConfig) -> RunConfig:
     accuracy before RL can help; without the 1/sqrt(N_SGD) a 0.5M-parameter model taking 16
     updates per step collapses (measured: reuse-4 at 5e-4 falls from 0.28 to 0.09 avg@4, at 1e-4
     it climbs to 0.52). The paper keeps lr fixed across ablations: pass --learner.lr to do so."""
-    lc = cfg.learner
-    factor = max(lc.rollout_batch // TINY_ROLLOUT_UNIT, 1)
-    if lc.mini_batch % factor:
-        raise ValueError(f"cannot scale D_T={lc.mini_batch} by 1/{factor} keeping the ratio")
-    d_r, d_t = lc.rollout_batch // factor, lc.mini_batch // factor
-    learner = lc.model_dump()
-    n_sgd = d_r // d_t * lc.n_reuse
-    learner.update(rollout_batch=d_r, mini_batch=d_t, group_size=TINY_GROUP_SIZE, lr=5e-4 / n_sgd ** 0.5, warmup_steps=10,
+    batch = cfg.learner.batch
+    factor = max(batch.rollout_batch // TINY_ROLLOUT_UNIT, 1)
+    if batch.mini_batch % factor:
+        raise ValueError(f"cannot scale D_T={batch.mini_batch} by 1/{factor} keeping the ratio")
+    tiny_batch = batch.model_copy(update=dict(rollout_batch=batch.rollout_batch // factor,
+                                              mini_batch=batch.mini_batch // factor))
+    learner = cfg.learner.model_dump()
+    learner.update(batch=tiny_batch.model_dump(), lr=5e-4 / tiny_batch.n_sgd ** 0.5, warmup_steps=10,
                    weight_decay=0.0, micro_batch_tokens=4096, checkpoint_every=5, num_ranks=1, zero_stage=0,
                    block_ms=200)
     actors = cfg.actors.model_copy(update=dict(
-        num_actors=1, group_size=TINY_GROUP_SIZE, max_tokens=16, max_model_len=128,
-        max_prompts_in_flight=2 * d_r, enforce_eager=True, num_gpus=0.0, dtype="float32"))
+        num_actors=1, max_model_len=128, max_prompts_in_flight=2 * tiny_batch.rollout_batch, enforce_eager=True,
+        num_gpus=0.0, dtype="float32"))
     stages = [StageConfig(max_tokens=max(4, s.max_tokens // 1024), steps=s.steps and max(s.steps // 20, 1))
               for s in cfg.data.stages]
     data = cfg.data.model_copy(update=dict(stages=stages, eval_n=4, eval_every=10, eval_max_problems=256,
                                               chat_template=False))
     return RunConfig.model_validate({**cfg.model_dump(), "tiny": True, "steps": min(cfg.steps, 40),
-                                     "actors": actors.model_dump(), "learner": learner, "data": data.model_dump()})
+                                     "group_size": TINY_GROUP_SIZE, "actors": actors.model_dump(),
+                                     "learner": learner, "data": data.model_dump()})

@@ -1,8 +1,10 @@
-"""One readable progress line per learner step: step, version, reward, entropy, lag, throughput, ETA."""
+"""The one console line per learner step: step i/N, the step's metrics, generation rate, ETA."""
 
 from __future__ import annotations
 
 import time
+
+from learner.step_metrics import summary_line
 
 
 class Progress:
@@ -14,9 +16,5 @@ class Progress:
         done = max(step - self.start_step, 1)
         per_step = (time.monotonic() - self.t0) / done
         eta = per_step * max(self.total - step, 0)
-        return (f"[run] step {step}/{self.total} v{m.get('version', '?')} "
-                f"reward {m.get('reward/mean', float('nan')):.3f} acc {m.get('reward/accuracy', float('nan')):.3f} "
-                f"entropy {m.get('entropy/mean', float('nan')):.3f} (α {m.get('entropy/coef', 0.0):.1e}) "
-                f"lag mean/max {m.get('lag/mean', 0.0):.2f}/{m.get('lag/max', 0)} "
-                f"gen {gen_tokens_per_s:.0f} tok/s train {m.get('tokens/trained_per_s', 0.0):.0f} tok/s "
+        return (f"[step {step}/{self.total}] {summary_line(m)} | gen {gen_tokens_per_s:.0f} tok/s "
                 f"| {per_step:.1f}s/step ETA {eta / 60:.1f} min")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from buffer.schema import InvalidMessage, decode_group
+from buffer.codec import decode_group
+from buffer.messages import InvalidMessage
 
 
 class PromptStats:

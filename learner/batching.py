@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from buffer.schema import Group
+from buffer.messages import Group
 
 
 @dataclass

@@ -59,12 +59,6 @@ class PolicyLossConfig(_Config):
     kl_beta: float = Field(
         0.0, ge=0, description="Weight of the k3 KL to a frozen reference (0 = off; Skywork-OR1 "
         "trains without KL, its ablation uses 1e-3).")
-    temperature: float = Field(
-        1.0, gt=0, description="Sampling temperature tau; learner logits are divided by it before "
-        "log-probs and entropies (Skywork-OR1 samples at tau = 1.0, ablation 0.6).")
-    old_logprobs: Literal["behaviour", "recompute"] = Field(
-        "behaviour", description="pi_old in rho = pi/pi_old: the actors' behaviour log-probs, or "
-        "the learner's own log-probs with the weights at the start of the step.")
     logprob_chunk_size: int = Field(
         1024, ge=1, description="Tokens per chunk when computing log-probs and entropies from "
         "(B, L, V) logits; bounds the fp32 (chunk, V) intermediates.")
@@ -114,11 +108,14 @@ EntropyConfig = Annotated[Union[AdaptiveEntropy, FixedEntropy, NoEntropy], Field
 
 
 class BatchConfig(_Config):
-    """Rollout / mini-batch sizes: N_SGD = (D_R / D_T) * N_reuse updates per learner step."""
+    """Rollout / mini-batch sizes of one learner step (the one home of N_SGD).
 
-    rollout_batch: int = Field(64, ge=1, description="D_R: groups (prompts) per rollout batch.")
-    group_size: int = Field(16, ge=2, description="gs: responses per prompt (>= 2 for a Bessel std).")
-    mini_batch: int = Field(64, ge=1, description="D_T: groups per optimizer update.")
+    N_SGD = (D_R / D_T) * N_reuse optimizer updates per learner step. Groups stay whole; the
+    group size gs is the run's (``RunConfig.group_size``), not a batch setting.
+    """
+
+    rollout_batch: int = Field(64, ge=1, description="D_R: valid groups (prompts) per learner step.")
+    mini_batch: int = Field(64, ge=1, description="D_T: groups per optimizer update; divides D_R.")
     n_reuse: int = Field(1, ge=1, description="N_reuse: passes over each rollout batch.")
     shuffle: bool = Field(True, description="Seeded shuffle of the groups at every pass.")
 
@@ -130,6 +127,11 @@ class BatchConfig(_Config):
         return self
 
     @property
+    def updates_per_pass(self) -> int:
+        """D_R / D_T mini-batches (optimizer updates) per pass over the rollout batch."""
+        return self.rollout_batch // self.mini_batch
+
+    @property
     def n_sgd(self) -> int:
         """Optimizer updates per learner step, (D_R / D_T) * N_reuse."""
-        return self.rollout_batch // self.mini_batch * self.n_reuse
+        return self.updates_per_pass * self.n_reuse

@@ -33,7 +33,8 @@ from learner.batching import MicroBatch, Row, collate, scatter_row_values
 from learner.config import PolicyLossConfig
 from learner.errors import PolicyLagError
 from learner.logprobs import logprobs_and_entropy
-from learner.loss import PolicyLossInputs, deepspeed_loss_scale, policy_loss, reduce_metrics
+from learner.loss import PolicyLossInputs, deepspeed_loss_scale, policy_loss
+from learner.reduce import reduce_metrics
 from learner.trainer_config import LearnerConfig
 
 _NOMINAL_ROW_TOKENS = 1024  # row length guess for DeepSpeed's bookkeeping batch sizes only
@@ -60,15 +61,14 @@ def resolve_dtype(cfg: LearnerConfig, device: str) -> torch.dtype:
     return torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
 
 
-def nominal_micro_batching(cfg: LearnerConfig, world: int) -> tuple[int, int]:
+def nominal_micro_batching(cfg: LearnerConfig, world: int, group_size: int) -> tuple[int, int]:
     """(micro-batch rows, accumulation steps) DeepSpeed's config insists on.
 
     Only bookkeeping (``train_batch_size`` = rows * gas * world): the real split is by token
     budget per mini-batch with a hand-set accumulation boundary (module docstring).
     """
-    rows_per_rank = max(1, math.ceil(cfg.mini_batch * cfg.group_size / world))
-    row_tokens = cfg.max_response_tokens or _NOMINAL_ROW_TOKENS
-    mbs = min(rows_per_rank, max(1, cfg.micro_batch_tokens // row_tokens))
+    rows_per_rank = max(1, math.ceil(cfg.batch.mini_batch * group_size / world))
+    mbs = min(rows_per_rank, max(1, cfg.micro_batch_tokens // _NOMINAL_ROW_TOKENS))
     return mbs, math.ceil(rows_per_rank / mbs)
 
 
@@ -78,8 +78,8 @@ def clips_itself(cfg: LearnerConfig, device: str) -> bool:
     return cfg.zero_stage == 0 and resolve_dtype(cfg, device) == torch.float32
 
 
-def deepspeed_config(cfg: LearnerConfig, world: int, device: str) -> dict:
-    mbs, gas = nominal_micro_batching(cfg, world)
+def deepspeed_config(cfg: LearnerConfig, world: int, device: str, group_size: int) -> dict:
+    mbs, gas = nominal_micro_batching(cfg, world, group_size)
     bf16 = resolve_dtype(cfg, device) == torch.bfloat16
     zero: dict = {"stage": cfg.zero_stage}
     if cfg.zero_stage >= 2:
@@ -125,13 +125,14 @@ def _zero3_init_context(ds_config: dict):
 class RankEngine:
     """A DeepSpeed engine plus the learner's update/scoring/publishing logic for one rank."""
 
-    def __init__(self, cfg: LearnerConfig, model_dir: str | Path, rank: int, world: int, device: str):
+    def __init__(self, cfg: LearnerConfig, model_dir: str | Path, rank: int, world: int, device: str,
+                 group_size: int):
         self.cfg, self.rank, self.world, self.device_kind = cfg, rank, world, device
         self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
         self.version = 0
         torch.manual_seed(cfg.seed)
         dtype = resolve_dtype(cfg, device)
-        self.ds_config = deepspeed_config(cfg, world, device)
+        self.ds_config = deepspeed_config(cfg, world, device, group_size)
         self._hf_ds = _zero3_init_context(self.ds_config) if cfg.zero_stage == 3 else None
         model = _load_hf_model(model_dir, dtype, cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
@@ -143,16 +144,17 @@ class RankEngine:
         self.reference = None     # frozen initial policy for the k3 KL, loaded on first use
 
     # --- forward ------------------------------------------------------------------------------
-    def _logprobs(self, model, mb: MicroBatch, loss_cfg: PolicyLossConfig) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs and entropies of softmax(logits / tau) (tau and chunking from the caller's config)."""
+    def _logprobs(self, model, mb: MicroBatch, loss_cfg: PolicyLossConfig,
+                  temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs and entropies of softmax(logits / tau) (chunking from the loss config)."""
         out = model(input_ids=mb.input_ids.to(self.device), attention_mask=mb.attention_mask.to(self.device),
                     use_cache=False)
-        return logprobs_and_entropy(out.logits, mb.targets.to(self.device), loss_cfg.temperature,  # (B, L) x2
+        return logprobs_and_entropy(out.logits, mb.targets.to(self.device), temperature,  # (B, L) x2
                                     loss_cfg.logprob_chunk_size)
 
     @torch.no_grad()
     def score_rows(self, rows: Sequence[Row], micro_batches: Sequence[Sequence[int]], loss_cfg: PolicyLossConfig,
-                   which: str = "policy") -> dict[int, np.ndarray]:
+                   temperature: float, which: str = "policy") -> dict[int, np.ndarray]:
         """Log-probs of the response tokens of ``rows`` under the current policy or the reference.
 
         Every rank must get the same number of micro-batches (ZeRO-3 gathers in forward).
@@ -161,7 +163,7 @@ class RankEngine:
         out: dict[int, np.ndarray] = {}
         for idx in micro_batches:
             mb = collate(rows, idx, self.pad_id)
-            logp, _ = self._logprobs(model, mb, loss_cfg)
+            logp, _ = self._logprobs(model, mb, loss_cfg, temperature)
             out |= scatter_row_values(mb, logp)
         return out
 
@@ -191,7 +193,7 @@ class RankEngine:
         return len(bad_rows), f"rows {bad_rows} have lags {lags}"
 
     def train_update(self, rows: Sequence[Row], micro_batches: Sequence[Sequence[int]], version: int,
-                     loss_cfg: PolicyLossConfig, entropy_coef: float,
+                     loss_cfg: PolicyLossConfig, temperature: float, entropy_coef: float,
                      require_lag0: bool) -> tuple[dict[str, float], dict[str, float]]:
         """One optimizer update over this rank's micro-batches of a mini-batch.
 
@@ -216,7 +218,7 @@ class RankEngine:
         metrics = []
         for i, mb in enumerate(mbs):
             self.engine.set_gradient_accumulation_boundary(i == len(mbs) - 1)
-            logp, ent = self._logprobs(self.engine, mb, loss_cfg)                # (B, L) x2
+            logp, ent = self._logprobs(self.engine, mb, loss_cfg, temperature)   # (B, L) x2
             d = self.device
             inputs = PolicyLossInputs(
                 logprobs=logp, old_logprobs=mb.old_logprobs.to(d), advantages=mb.advantages.to(d),

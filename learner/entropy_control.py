@@ -26,8 +26,8 @@ the same update that moves c, and uses alpha = c before the first observation):
   it is about to train on to coef(), e.g. -mean(behaviour log-prob) of its tokens, the cheap
   estimate the released code used for e.
 
-Call update() once per learner step (one rollout batch, N_SGD optimizer updates) with
-:func:`step_entropy` of that step's update metrics.
+Call update() once per learner step (one rollout batch, N_SGD optimizer updates) with the
+step's ``entropy/mean``: the token-weighted mean over its updates (``learner.reduce.combine_updates``).
 
 Differences from the released code, on purpose: the indicator is ``<=`` (brief/report) where
 the code uses ``<``; e is the exact token-mean entropy of the full next-token distribution
@@ -134,17 +134,3 @@ def build_entropy_controller(cfg: EntropyConfig) -> EntropyController:
     builders = {"none": lambda _: NoEntropyControl(), "fixed": FixedEntropyControl,
                 "adaptive": AdaptiveEntropyControl}
     return builders[cfg.type](cfg)
-
-
-def step_entropy(update_metrics: list[dict[str, float]]) -> float:
-    """e for update(): token-weighted mean entropy over a learner step's optimizer updates.
-
-    Each dict is one update's metrics reduced over micro-batches and ranks (``reduce_metrics``),
-    so ``entropy/mean`` = sum H / T_u and ``tokens/count`` = T_u:
-    e = sum_u entropy/mean_u * T_u / sum_u T_u. With N_SGD = 1 this is the exact mean entropy of
-    pi_k on batch k, measured by the update's own forward pass, before its optimizer step.
-    """
-    tokens = sum(m["tokens/count"] for m in update_metrics)
-    if tokens <= 0:
-        raise ValueError("no loss tokens in this step: no entropy to report")
-    return sum(m["entropy/mean"] * m["tokens/count"] for m in update_metrics) / tokens

@@ -20,12 +20,14 @@ from torch import Tensor
 
 @dataclass
 class LagReport:
-    """Lag histograms of one optimizer update (or several, via :meth:`merge`)."""
+    """Lag histograms of one optimizer update (or several, via :meth:`merge`).
+
+    Staleness (lag > max_lag) is decided when a group is admitted, before any update: what is
+    too stale never reaches a report (the learner counts it as ``lag/stale_dropped``).
+    """
 
     sample_hist: dict[int, int] = field(default_factory=dict)   # lag -> number of responses
     token_hist: dict[int, int] = field(default_factory=dict)    # lag -> number of loss tokens
-    stale_samples: int = 0    # responses with lag > max_lag
-    stale_tokens: int = 0
     straddled: int = 0        # responses whose weights changed mid-generation (version_end > start)
 
     @property
@@ -55,23 +57,21 @@ class LagReport:
         def add(a: dict[int, int], b: dict[int, int]) -> dict[int, int]:
             return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(a.keys() | b.keys())}
         return LagReport(add(self.sample_hist, other.sample_hist), add(self.token_hist, other.token_hist),
-                         self.stale_samples + other.stale_samples, self.stale_tokens + other.stale_tokens,
                          self.straddled + other.straddled)
 
-    def metrics(self) -> dict[str, float]:
-        return {
-            "lag/mean": self.mean, "lag/token_mean": self.token_mean, "lag/max": float(self.max),
-            "lag/samples": float(self.samples), "lag/tokens": float(self.tokens),
-            "lag/stale_samples": float(self.stale_samples), "lag/stale_tokens": float(self.stale_tokens),
-            "lag/straddled": float(self.straddled),
-        }
+    def metrics(self) -> dict:
+        """The ``lag/*`` metrics of a step; histogram keys are strings (msgpack and JSON maps)."""
+        return {"lag/hist": {str(k): int(n) for k, n in sorted(self.sample_hist.items())},
+                "lag/token_hist": {str(k): int(n) for k, n in sorted(self.token_hist.items())},
+                "lag/mean": self.mean, "lag/token_mean": self.token_mean, "lag/max": float(self.max),
+                "lag/samples": float(self.samples), "lag/tokens": float(self.tokens),
+                "lag/straddled": float(self.straddled)}
 
 
 def lag_report(
     learner_version: int,
     version_start: Tensor,             # (B,) int policy version that started each response
     tokens: Tensor,                    # (B,) loss-token counts, or (B, L) loss mask
-    max_lag: int | None = None,
     version_end: Tensor | None = None,  # (B,) int, for the straddle count
 ) -> LagReport:
     """lag_i = v_learner - version_start_i; histograms over responses and over their tokens.
@@ -88,15 +88,8 @@ def lag_report(
                          f"version {learner_version}")
     sample_hist = {int(k): int(n) for k, n in zip(*torch.unique(lag, return_counts=True))}
     token_hist = {k: int(counts[lag == k].sum()) for k in sample_hist}
-    stale = lag > max_lag if max_lag is not None else torch.zeros_like(lag, dtype=torch.bool)
     straddled = 0 if version_end is None else int((version_end.long().reshape(-1) > version_start).sum())
-    return LagReport(sample_hist, token_hist, int(stale.sum()), int(counts[stale].sum()), straddled)
-
-
-def check_on_policy(report: LagReport) -> None:
-    """Strict on-policy mode: every sample must be used at lag 0; fail loudly otherwise."""
-    if report.max != 0:
-        raise RuntimeError(f"strict on-policy violated: lag histogram {report.sample_hist}")
+    return LagReport(sample_hist, token_hist, straddled)
 
 
 def ratio_stats(

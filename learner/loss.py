@@ -11,7 +11,7 @@ micro-batches, all data-parallel ranks; :func:`count_tokens` + an all-reduce SUM
 
 Every micro-batch contributes sum/T, so the micro-batch losses (and their gradients) add up
 to exactly the full mini-batch loss, whatever the split or padding. Metrics follow the same
-convention (see :func:`reduce_metrics`).
+convention (see :func:`learner.reduce.reduce_metrics`).
 
 Gradient contract with DeepSpeed (0.19.8, ``runtime/engine.py``): ``engine.backward(loss)``
 divides the loss by gradient_accumulation_steps (``scale_wrt_gas=True``) and the gradient
@@ -98,7 +98,7 @@ def policy_loss(
     """Micro-batch contribution to the mini-batch loss (formula in the module docstring).
 
     ``total_tokens`` is T_global (clamped to >= 1); ``entropy_coef`` is alpha_k from the entropy
-    controller. Returns (loss, metrics); metrics are summable contributions (see reduce_metrics).
+    controller. Returns (loss, metrics); metrics are summable contributions (``learner.reduce``).
     """
     mask = inputs.loss_mask.bool()                                       # (B, L)
     logp = inputs.logprobs                                               # (B, L)
@@ -145,22 +145,3 @@ def policy_loss(
         metrics = dict(zip(names, torch.stack(values).tolist()))
         metrics |= ratio_stats(logp.detach(), old, adv, mask, cfg.eps_low, cfg.eps_high, denom)
     return loss, metrics
-
-
-def reduce_op(key: str) -> str:
-    """How a metric combines across micro-batches and ranks: keys ending in /max -> max,
-    /min -> min, everything else -> sum (values are already divided by T_global)."""
-    return "max" if key.endswith("/max") else "min" if key.endswith("/min") else "sum"
-
-
-def reduce_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:
-    """Combine per-micro-batch metric dicts into mini-batch values (same rule across ranks)."""
-    out: dict[str, float] = {}
-    for m in metrics:
-        for k, v in m.items():
-            if k not in out:
-                out[k] = v
-            else:
-                op = reduce_op(k)
-                out[k] = max(out[k], v) if op == "max" else min(out[k], v) if op == "min" else out[k] + v
-    return out

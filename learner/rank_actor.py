@@ -42,7 +42,7 @@ class LearnerRank:
             s.bind((ip, 0))
             return ip, s.getsockname()[1]
 
-    def setup(self, cfg: LearnerConfig, model_dir: str, addr: str, port: int, device: str,
+    def setup(self, cfg: LearnerConfig, model_dir: str, group_size: int, addr: str, port: int, device: str,
               local_rank: int) -> dict[str, Any]:
         import deepspeed
         import torch
@@ -61,18 +61,18 @@ class LearnerRank:
                                    auto_mpi_discovery=False, verbose=False)
         from learner.engine import RankEngine
 
-        self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device)
+        self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size)
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
                 "ds_config": self.engine.ds_config}
 
-    def train_updates(self, rows, updates: Sequence[tuple[int, list[list[int]]]], loss_cfg,
+    def train_updates(self, rows, updates: Sequence[tuple[int, list[list[int]]]], loss_cfg, temperature: float,
                       entropy_coef: float, require_lag0: bool) -> list[tuple[dict, dict]]:
         """Several consecutive optimizer updates: ``updates`` = [(version, micro-batches)]."""
-        return [self.engine.train_update(rows, mbs, version, loss_cfg, entropy_coef, require_lag0)
+        return [self.engine.train_update(rows, mbs, version, loss_cfg, temperature, entropy_coef, require_lag0)
                 for version, mbs in updates]
 
-    def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, which: str) -> dict:
-        return self.engine.score_rows(rows, micro_batches, loss_cfg, which)
+    def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, temperature: float, which: str) -> dict:
+        return self.engine.score_rows(rows, micro_batches, loss_cfg, temperature, which)
 
     def set_transport(self, transport) -> None:
         """Keep the weight transport for this actor's lifetime: Ray reference-counts the
@@ -81,6 +81,11 @@ class LearnerRank:
 
     def publish(self, version: int) -> str | None:
         return self.engine.publish(self.transport, version)
+
+    def after_announce(self) -> None:
+        """The transport's second half, once the version is in the buffer (rank 0 only)."""
+        if self.rank == 0:
+            self.transport.after_announce()
 
     def save_checkpoint(self, ckpt: str, init_model_dir: str) -> None:
         from learner.checkpoint import save_rank
@@ -106,7 +111,7 @@ def _cluster_has_gpus() -> bool:
 class RankGroup:
     """N ``LearnerRank`` actors forming one DeepSpeed data-parallel group."""
 
-    def __init__(self, cfg: LearnerConfig, model_dir: str | Path):
+    def __init__(self, cfg: LearnerConfig, model_dir: str | Path, group_size: int):
         self.cfg = cfg.model_copy()
         self.signature = cfg.engine_signature()
         self.model_dir = str(model_dir)
@@ -125,7 +130,7 @@ class RankGroup:
         local = _local_ranks([ip for ip, _ in addrs])
         # On GPU each actor sees only its own device (Ray sets CUDA_VISIBLE_DEVICES): LOCAL_RANK 0.
         self.info = self.call_each("setup", [
-            (self.cfg, self.model_dir, master_addr, port, self.device, local[r] if self.device == "cpu" else 0)
+            (self.cfg, self.model_dir, group_size, master_addr, port, self.device, local[r] if self.device == "cpu" else 0)
             for r in range(n)])
 
     @property

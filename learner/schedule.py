@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from learner.config import BatchConfig, PolicyLossConfig
+from learner.config import BatchConfig
 
 
 @dataclass(frozen=True)
@@ -20,16 +20,6 @@ class MiniBatchPlan:
     update_index: int               # 0 .. N_SGD - 1 within the learner step
     pass_index: int                 # 0 .. N_reuse - 1
     group_indices: tuple[int, ...]  # indices into the step's rollout batch of groups
-
-
-def num_sgd_updates(rollout_batch: int, mini_batch: int, n_reuse: int) -> int:
-    """N_SGD = (D_R / D_T) * N_reuse; raises unless D_T divides D_R."""
-    if rollout_batch < 1 or mini_batch < 1 or n_reuse < 1:
-        raise ValueError(f"need D_R, D_T, N_reuse >= 1, got {rollout_batch}, {mini_batch}, {n_reuse}")
-    if rollout_batch % mini_batch:
-        raise ValueError(f"{rollout_batch} groups cannot be split into mini-batches of {mini_batch} "
-                         f"groups: D_R must be a multiple of D_T")
-    return rollout_batch // mini_batch * n_reuse
 
 
 def minibatch_schedule(
@@ -41,7 +31,8 @@ def minibatch_schedule(
     same (seed, sizes) give the same plan on every rank and after a restart; derive ``seed``
     from the run seed and the learner step.
     """
-    n_per_pass = num_sgd_updates(num_groups, mini_batch, n_reuse) // n_reuse
+    # the BatchConfig validators, for a plan built from sizes rather than a config
+    n_per_pass = BatchConfig(rollout_batch=num_groups, mini_batch=mini_batch, n_reuse=n_reuse).updates_per_pass
     rng = np.random.default_rng(seed)
     plans: list[MiniBatchPlan] = []
     for p in range(n_reuse):
@@ -56,16 +47,3 @@ def schedule_for(batch: BatchConfig, seed: int, num_groups: int | None = None) -
     """:func:`minibatch_schedule` from a BatchConfig (num_groups defaults to D_R)."""
     n = batch.rollout_batch if num_groups is None else num_groups
     return minibatch_schedule(n, batch.mini_batch, batch.n_reuse, seed, batch.shuffle)
-
-
-def check_strict_on_policy(batch: BatchConfig, loss: PolicyLossConfig) -> None:
-    """Strict on-policy mode (DESIGN.md §3): N_reuse = 1, D_T = D_R, eps_low = eps_high = 0.2."""
-    problems = []
-    if batch.n_reuse != 1:
-        problems.append(f"n_reuse={batch.n_reuse} (need 1)")
-    if batch.mini_batch != batch.rollout_batch:
-        problems.append(f"mini_batch={batch.mini_batch} != rollout_batch={batch.rollout_batch}")
-    if not loss.eps_low == loss.eps_high == 0.2:
-        problems.append(f"eps_low={loss.eps_low}, eps_high={loss.eps_high} (need 0.2, 0.2)")
-    if problems:
-        raise ValueError("strict on-policy mode: " + "; ".join(problems))

@@ -1,14 +1,13 @@
 """The DeepSpeed learner's full config: mode, batch sizes, optimizer, engine layout, math.
 
-Composes the pure-math sub-configs of ``learner.config`` (advantages, policy loss, entropy
-control) with what only the distributed learner needs. Two places hold a knob that the math
-also reads (``temperature`` and ``old_logprobs``, also fields of :class:`PolicyLossConfig`):
-the top-level field is the single source of truth and is copied into ``loss``. A value given
-only in ``loss`` is adopted; when both are given the top level wins (so the usual
-``model_dump()`` -> update top level -> ``model_validate`` edit of a preset does what it says).
+Composes the pure-math sub-configs of ``learner.config`` (batches, advantages, policy loss,
+entropy control) with what only the distributed learner needs. Settings that the actors must
+share (sampling temperature, group size, the per-stage response budget) are not here: the run
+config owns them and hands them to the learner (``Learner(..., temperature=, group_size=)``;
+each group carries the budget it was sampled with).
 
-Strict on-policy mode (DESIGN.md §3) is enforced here, so a preset that claims to be
-on-policy but is not fails at construction, before any engine starts.
+Strict on-policy mode (DESIGN.md §3) is enforced here, and only here, so a preset that claims
+to be on-policy but is not fails at construction, before any engine starts.
 """
 
 from __future__ import annotations
@@ -35,13 +34,8 @@ class LearnerConfig(BaseModel):
         "on_policy", description="'on_policy': strict, every token trained at lag 0 (N_reuse 1, "
         "D_T = D_R, eps_low = eps_high, max_lag 0; violations raise PolicyLagError). "
         "'off_policy': lag <= max_lag, N_reuse >= 1, clip-higher allowed (DESIGN.md §3).")
-    rollout_batch: int = Field(64, ge=1, description="D_R: valid groups (prompts) per learner step.")
-    mini_batch: int = Field(64, ge=1, description="D_T: groups per optimizer update; divides D_R.")
-    n_reuse: int = Field(1, ge=1, description="N_reuse: passes over each rollout batch; "
-                         "N_SGD = (D_R / D_T) * N_reuse optimizer updates per step.")
-    group_size: int = Field(16, ge=2, description="gs: responses per prompt the actors sample "
-                            "(informational: ragged groups are accepted and normalised as they are).")
-    shuffle: bool = Field(True, description="Seeded shuffle of the groups at every reuse pass.")
+    batch: BatchConfig = Field(default_factory=BatchConfig,
+                               description="D_R, D_T, N_reuse: N_SGD = (D_R / D_T) * N_reuse updates per step.")
     max_lag: int = Field(0, ge=0, description="Largest policy lag (v_learner - version_start) a "
                          "response may have at the start of a step; staler ones are dropped, "
                          "counted and dead-lettered with reason 'stale'. 0 in on-policy mode.")
@@ -53,11 +47,6 @@ class LearnerConfig(BaseModel):
     old_logprobs: Literal["behaviour", "recompute"] = Field(
         "behaviour", description="pi_old: the actors' behaviour log-probs, or the learner's own "
         "(no grad) with the weights at the start of the step (one extra forward pass).")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature tau; learner logits "
-                               "are divided by it (must match the actors').")
-    max_response_tokens: int | None = Field(
-        None, ge=1, description="L_max of the current stage; needed by DAPO overlong shaping "
-        "(advantage.overlong_cache).")
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig,
                                        description="GRPO advantage / truncation mask settings.")
     loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig,
@@ -108,26 +97,11 @@ class LearnerConfig(BaseModel):
     data_timeout_s: float | None = Field(
         None, gt=0, description="Raise TimeoutError if a step cannot collect D_R valid groups "
         "within this many seconds; None = wait forever.")
-    print_metrics: bool = Field(True, description="Print a one-line summary per step to stdout.")
 
     @model_validator(mode="after")
     def _validate(self) -> LearnerConfig:
-        self._sync_loss_fields()
-        BatchConfig(rollout_batch=self.rollout_batch, group_size=self.group_size,
-                    mini_batch=self.mini_batch, n_reuse=self.n_reuse)   # D_T | D_R
         if self.mode == "on_policy":
-            problems = []
-            if self.n_reuse != 1:
-                problems.append(f"n_reuse={self.n_reuse} (need 1)")
-            if self.mini_batch != self.rollout_batch:
-                problems.append(f"mini_batch={self.mini_batch} != rollout_batch={self.rollout_batch}")
-            if self.loss.eps_low != self.loss.eps_high:
-                problems.append(f"eps_low={self.loss.eps_low} != eps_high={self.loss.eps_high}")
-            if self.max_lag != 0:
-                problems.append(f"max_lag={self.max_lag} (need 0)")
-            if self.sync_interval not in (None, 1):
-                problems.append(f"sync_interval={self.sync_interval} (need None or 1: actors "
-                                "generate batch s with version s weights)")
+            problems = strict_on_policy_problems(self)
             if problems:
                 raise ValueError("mode='on_policy' is strict on-policy: " + "; ".join(problems))
         elif self.max_lag < 1:
@@ -135,36 +109,7 @@ class LearnerConfig(BaseModel):
         if self.dynamic_sampling and not self.advantage.reject_zero_advantage:
             raise ValueError("dynamic_sampling=True discards zero-advantage groups; it contradicts "
                              "advantage.reject_zero_advantage=False")
-        if self.advantage.overlong_cache is not None and self.max_response_tokens is None:
-            raise ValueError("advantage.overlong_cache needs max_response_tokens (L_max)")
         return self
-
-    def _sync_loss_fields(self) -> None:
-        """Copy temperature / old_logprobs into ``loss`` (see the module docstring for precedence)."""
-        updates = {}
-        for name in ("temperature", "old_logprobs"):
-            top, sub = getattr(self, name), getattr(self.loss, name)
-            top_set, sub_set = name in self.model_fields_set, name in self.loss.model_fields_set
-            if top == sub:
-                continue
-            if sub_set and not top_set:       # only the sub-config was given: adopt its value
-                object.__setattr__(self, name, sub)
-            else:
-                updates[name] = top
-        if updates:
-            loss = self.loss.model_copy(update=updates)
-            loss.__pydantic_fields_set__.difference_update(updates)   # derived, not user-set
-            object.__setattr__(self, "loss", loss)
-
-    @property
-    def batch(self) -> BatchConfig:
-        return BatchConfig(rollout_batch=self.rollout_batch, group_size=self.group_size,
-                           mini_batch=self.mini_batch, n_reuse=self.n_reuse, shuffle=self.shuffle)
-
-    @property
-    def n_sgd(self) -> int:
-        """Optimizer updates per learner step, (D_R / D_T) * N_reuse."""
-        return self.rollout_batch // self.mini_batch * self.n_reuse
 
     @property
     def needs_reference(self) -> bool:
@@ -173,3 +118,25 @@ class LearnerConfig(BaseModel):
     def engine_signature(self) -> dict:
         """The fields a rank group's engines were built with (see ENGINE_FIELDS)."""
         return {k: getattr(self, k) for k in ENGINE_FIELDS}
+
+
+def strict_on_policy_problems(cfg: LearnerConfig) -> list[str]:
+    """Why ``cfg`` is not strict on-policy (DESIGN.md §3), or [] if it is.
+
+    Every sample at lag 0: N_reuse = 1 and D_T = D_R (one update per rollout batch), max_lag 0,
+    weights published once per step, and a symmetric clip eps_low = eps_high (0.2 in the paper;
+    the value itself is the loss's choice, the symmetry is the mode's).
+    """
+    problems = []
+    if cfg.batch.n_reuse != 1:
+        problems.append(f"n_reuse={cfg.batch.n_reuse} (need 1)")
+    if cfg.batch.mini_batch != cfg.batch.rollout_batch:
+        problems.append(f"mini_batch={cfg.batch.mini_batch} != rollout_batch={cfg.batch.rollout_batch}")
+    if cfg.loss.eps_low != cfg.loss.eps_high:
+        problems.append(f"eps_low={cfg.loss.eps_low} != eps_high={cfg.loss.eps_high}")
+    if cfg.max_lag != 0:
+        problems.append(f"max_lag={cfg.max_lag} (need 0)")
+    if cfg.sync_interval not in (None, 1):
+        problems.append(f"sync_interval={cfg.sync_interval} (need None or 1: actors generate batch s "
+                        "with version s weights)")
+    return problems

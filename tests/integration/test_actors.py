@@ -16,10 +16,10 @@ import torch
 
 from actors.config import ActorConfig
 from actors.factory import create_generation_actors, fan_out, start_loops
-from actors.weight_sync import RayObjectStoreTransport
+from actors.transport.object_store import RayObjectStoreTransport
 from buffer import RunBuffer
 from buffer.config import BufferConfig
-from buffer.schema import PromptMsg
+from buffer.messages import PromptMsg
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def hf_model(tiny_world):
 
 
 def _cfg(**kw) -> ActorConfig:
-    base = dict(num_actors=1, group_size=4, max_tokens=12, max_model_len=128, max_prompts_in_flight=8,
+    base = dict(num_actors=1, max_model_len=128, max_prompts_in_flight=8,
                 heartbeat_s=0.5, idle_poll_ms=100, num_cpus=1)
     return ActorConfig(**{**base, **kw})
 
@@ -80,7 +80,7 @@ def _collect(buf: RunBuffer, want: int, timeout: float = 120.0) -> list:
 def actor_run(ray_local, redis_url, tiny_world):
     """One run id and one actor for the shape / log-prob / weight-update / admission tests."""
     run_id = f"act-{uuid.uuid4().hex[:6]}"
-    [actor] = create_generation_actors(_cfg(), run_id, redis_url, str(tiny_world.model_dir))
+    [actor] = create_generation_actors(_cfg(), run_id, redis_url, str(tiny_world.model_dir), group_size=4)
     loop = start_loops([actor])
     # The learner's transport owns the weight store; keep it alive for the module like a learner would.
     yield run_id, actor, RayObjectStoreTransport(run_id)
@@ -157,8 +157,8 @@ def test_on_policy_admission_waits_for_the_version(actor_run, redis_url, tok, hf
 
 def test_killed_actor_loses_and_duplicates_no_prompt(ray_local, redis_url, tiny_world, tok):
     run_id = f"kill-{uuid.uuid4().hex[:6]}"
-    cfg = _cfg(num_actors=2, max_tokens=64, max_prompts_in_flight=4, max_restarts=0)
-    actors = create_generation_actors(cfg, run_id, redis_url, str(tiny_world.model_dir))
+    cfg = _cfg(num_actors=2, max_prompts_in_flight=4, max_restarts=0)
+    actors = create_generation_actors(cfg, run_id, redis_url, str(tiny_world.model_dir), group_size=4)
     buf = _buffer(redis_url, run_id)
     problems = [(a, b) for a in range(4) for b in range(5)]        # 20 prompts
     loops = start_loops(actors)

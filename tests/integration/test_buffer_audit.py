@@ -7,8 +7,8 @@ import pytest
 from buffer import BufferConfig, RunBuffer
 from buffer.audit import audit
 from buffer.keys import PAYLOAD
-from buffer.samples import make_group, make_prompt, tamper
-from buffer.schema import encode_group, encode_prompt
+from tests.samples import make_group, make_prompt, tamper
+from buffer.codec import encode_group, encode_prompt
 
 pytestmark = pytest.mark.integration
 

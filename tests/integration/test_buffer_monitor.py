@@ -9,7 +9,7 @@ import pytest
 
 from buffer import BufferConfig, RunBuffer
 from buffer.monitor import Monitor, list_runs
-from buffer.samples import make_group
+from tests.samples import make_group
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 
 from buffer import BackpressureTimeout, BufferConfig, RunBuffer
 from buffer.keys import FRESH, PAYLOAD
-from buffer.samples import make_group, make_prompt, tamper, tamper_response
-from buffer.schema import encode_group, encode_prompt, pack_logprobs
+from tests.samples import make_group, make_prompt, tamper, tamper_response
+from buffer.codec import encode_group, encode_prompt, pack_logprobs
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

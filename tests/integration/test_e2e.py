@@ -70,10 +70,10 @@ def test_offpolicy_reuse4_tiny_in_process(ray_local, tmp_path, tiny_world):
 
     cfg, _ = build_config(["--tiny", "--run_dir", str(tmp_path / "runs"), "--run_id", "offpolicy-e2e"],
                           default_preset="offpolicy_reuse4")
-    assert cfg.learner.n_sgd == 16 and cfg.learner.loss.eps_high == 0.28
+    assert cfg.learner.batch.n_sgd == 16 and cfg.learner.loss.eps_high == 0.28
     result = run(cfg)
     metrics = _metrics(result.run_path)
     assert all(m["mode"] == "off_policy" and m["updates"] == 16 for m in metrics)
     assert max(m["lag/max"] for m in metrics) > 0                   # reuse makes lag 0..15, asynchrony more
-    assert all(m["lag/max"] <= cfg.learner.max_lag + cfg.learner.n_sgd - 1 for m in metrics)
+    assert all(m["lag/max"] <= cfg.learner.max_lag + cfg.learner.batch.n_sgd - 1 for m in metrics)
     _assert_accuracy_rose(json.loads((result.run_path / "summary.json").read_text()))

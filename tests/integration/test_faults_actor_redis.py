@@ -113,7 +113,7 @@ class DriverRun:
 
     def answered_by(self, prompt_entry_ids: list[str]) -> dict[str, int]:
         """Which actor answered each of these prompts ('unanswered' if none did)."""
-        from buffer.schema import decode_group, decode_prompt
+        from buffer.codec import decode_group, decode_prompt
 
         prompt_ids = {}
         for eid in prompt_entry_ids:

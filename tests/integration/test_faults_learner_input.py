@@ -183,7 +183,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
         assert books.balanced, books.as_dict()
         # every trained group ACKed once as trained: the retrained step's groups were never ACKed before
         assert books.outcomes["trained"] == steps * json.loads((run_path / "config.json").read_text())[
-            "learner"]["rollout_batch"], books.as_dict()
+            "learner"]["batch"]["rollout_batch"], books.as_dict()
         print(f"[test] wall {time.monotonic() - t0:.0f}s")
     finally:
         _stop_run_redis(run_path)
@@ -202,8 +202,8 @@ class RaisingRewardPool(RewardPool):
 
 def _bad_groups(max_bytes: int) -> dict[str, bytes]:
     """Payloads XADDed by hand to `groups`, by the dead-letter reason each must get."""
-    from buffer.samples import make_group, tamper, tamper_response
-    from buffer.schema import encode_group
+    from tests.samples import make_group, tamper, tamper_response
+    from buffer.codec import encode_group
 
     good = encode_group(make_group("fault-good", n=4, tokens=8))
     nan = np.full(8, np.nan, dtype="<f4")
@@ -310,7 +310,7 @@ def _inject(run_path: Path, run_id: str, cfg, renderer, found: dict) -> None:
     yet), then wait for step 0 and inject the bad groups and prompts."""
     from buffer import RunBuffer
     from buffer.keys import PAYLOAD
-    from buffer.schema import PromptMsg
+    from buffer.messages import PromptMsg
 
     deadline = time.monotonic() + 300
     while not (run_path / "redis_url.txt").exists():
@@ -327,7 +327,7 @@ def _inject(run_path: Path, run_id: str, cfg, renderer, found: dict) -> None:
     for payload in bad.values():                    # by hand: never counted as written
         buf.client.xadd(buf.keys.groups, {PAYLOAD: payload})
     short = np.asarray(renderer.ids("1 + 1 ="), dtype=np.int32)
-    prompt = dict(answer="2", n_samples=cfg.actors.group_size, max_tokens=cfg.actors.max_tokens, step=0, min_version=0)
+    prompt = dict(answer="2", n_samples=cfg.group_size, max_tokens=cfg.data.stages[0].max_tokens, step=0, min_version=0)
     buf.put_prompts([   # through put_prompts: counted as issued like the feeder's
         PromptMsg(prompt_id="fault-too-long", data_source="tiny_arith",
                   prompt_ids=np.resize(short, cfg.actors.max_model_len + 8), **prompt),
@@ -363,7 +363,8 @@ def _check_redis_exposure(run_path: Path, url: str) -> None:
 
 def _all_groups(client, run_id: str):
     from buffer.keys import RunKeys
-    from buffer.schema import InvalidMessage, decode_group
+    from buffer.codec import decode_group
+    from buffer.messages import InvalidMessage
 
     for eid, fields in client.xrange(RunKeys(run_id).groups):
         try:

@@ -7,9 +7,10 @@ import time
 import pytest
 
 from buffer import RunBuffer
-from buffer.samples import make_group
+from tests.samples import make_group
 from launch.data import PromptRenderer, Problem
 from launch.feeder import PromptFeeder
+from learner.config import BatchConfig
 
 pytestmark = pytest.mark.integration
 D_R = 8
@@ -29,8 +30,9 @@ def _feeder(buf, tiny_world, hint_wait_s: float) -> PromptFeeder:
                               template="Q: {problem}\nA: ")
     problems = [Problem(id=f"p{i}", data_source="tiny_arith", problem=f"{i}+1", answer=str(i + 1))
                 for i in range(50)]
-    return PromptFeeder(buf, problems, renderer, rollout_batch=D_R, n_sgd=1, max_lag=0, group_size=2,
-                        max_model_len=256, stage_tokens=lambda step: (0, 16), hint_wait_s=hint_wait_s)
+    return PromptFeeder(buf, problems, renderer, batch=BatchConfig(rollout_batch=D_R, mini_batch=D_R), max_lag=0,
+                        group_size=2, temperature=1.0, max_model_len=256, stage_at=lambda step: (0, 16),
+                        hint_wait_s=hint_wait_s)
 
 
 def _answer_all(buf: RunBuffer) -> int:

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from buffer.schema import Group, Response
+from buffer.messages import Group, Response
 from buffer.server import EmbeddedRedis
 from buffer.telemetry import decode_metrics_entry
 from learner.advantages import compute_advantages
 from learner.batching import Row, collate, rows_from_groups
-from learner.config import AdaptiveEntropy, PolicyLossConfig
+from learner.config import AdaptiveEntropy, BatchConfig, PolicyLossConfig
 from learner.errors import PolicyLagError
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import PolicyLossInputs, policy_loss
@@ -29,15 +29,24 @@ from learner.trainer_config import LearnerConfig
 pytestmark = pytest.mark.integration
 
 GS = 4            # responses per group
-LR = 1e-4         # large enough to see one update on the tiny model
+# Large enough to see one update, small enough that Adam's first (sign-like) step stays in the
+# first-order regime: at 1e-4 the tiny world built on an AVX-512 machine overshoots (the surrogate
+# loss rose by 0.06 where the first-order change was -0.09); at 1e-5 they agree (-0.008 vs -0.009).
+LR = 1e-5
+# Adam moves an entry by ~lr * g / (|g| + eps) whatever |g| is: with the default eps 1e-8, entries whose
+# gradient is at fp32 summation noise (~1e-8 here: micro-batch and rank order) take random steps of
+# up to lr. An eps 100x that noise keeps the tests' comparisons about the gradient, not the noise.
+ADAM_EPS = 1e-6
 _ids = itertools.count()
 
 
 def learner_cfg(**kw) -> LearnerConfig:
-    base = dict(lr=LR, weight_decay=0.0, grad_clip=1.0, zero_stage=0, num_ranks=1, seed=0, group_size=GS,
-                rollout_batch=4, mini_batch=4, micro_batch_tokens=48, checkpoint_every=0, block_ms=100,
-                data_timeout_s=60.0)
-    return LearnerConfig(**(base | kw))
+    """A small learner config; batch sizes (rollout_batch, mini_batch, n_reuse, shuffle) may be given flat."""
+    batch = dict(rollout_batch=4, mini_batch=4) | {k: kw.pop(k) for k in list(kw) if k in BatchConfig.model_fields}
+    base = dict(lr=LR, adam_eps=ADAM_EPS, weight_decay=0.0, grad_clip=1.0, zero_stage=0, num_ranks=1, seed=0,
+                micro_batch_tokens=48,
+                checkpoint_every=0, block_ms=100, data_timeout_s=60.0)
+    return LearnerConfig(**(base | kw), batch=BatchConfig(**batch))
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +71,7 @@ def policy(world):
 @pytest.fixture(scope="module")
 def ranks(ray_local, world, tmp_path_factory):
     from learner.rank_actor import RankGroup
-    group = RankGroup(learner_cfg(), world.model_dir)
+    group = RankGroup(learner_cfg(), world.model_dir, GS)
     group.init_ckpt = tmp_path_factory.mktemp("init-state") / "ckpt"
     group.call("save_checkpoint", str(group.init_ckpt), str(world.model_dir))
     yield group
@@ -75,10 +84,10 @@ def make_buffer(url: str, name: str):
 
 
 def make_learner(cfg, buf, world, run_dir, ranks):
-    from actors.weight_sync import RayObjectStoreTransport
+    from actors.transport.object_store import RayObjectStoreTransport
     from learner.loop import Learner
     return Learner(cfg, buffer=buf, model_dir=world.model_dir, run_dir=run_dir, ranks=ranks,
-                   transport=RayObjectStoreTransport(buf.run_id))
+                   transport=RayObjectStoreTransport(buf.run_id), temperature=1.0, group_size=GS)
 
 
 def set_weights(model, state: dict[str, torch.Tensor]) -> None:
@@ -123,7 +132,7 @@ def mini_batch_loss(model, groups, cfg: LearnerConfig) -> torch.Tensor:
     rows = rows_from_groups(groups, advs, masks)
     mb = collate(rows, list(range(len(rows))))
     logp, ent = logprobs_and_entropy(model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits,
-                                     mb.targets, cfg.temperature)
+                                     mb.targets, 1.0)
     inputs = PolicyLossInputs(logp, mb.old_logprobs, mb.advantages, mb.loss_mask, entropy=ent.detach())
     return policy_loss(inputs, cfg.loss, mb.num_loss_tokens, 0.0)[0]
 
@@ -189,7 +198,7 @@ def test_one_and_two_ranks_give_the_same_update(ranks, world, redis_url, policy,
         opt.step()
     reference = {k: v.detach().clone() for k, v in policy.named_parameters()}
 
-    two = RankGroup(cfg2, world.model_dir)
+    two = RankGroup(cfg2, world.model_dir, GS)
     try:
         results = {}
         for name, cfg, group in (("one", cfg1, ranks), ("two", cfg2, two)):
@@ -237,12 +246,12 @@ def test_on_policy_raises_on_lag(ranks, world, redis_url, policy, run_dir):
     r = groups[0].responses[0]
     row = Row(groups[0].prompt_ids, r.token_ids, r.logprobs, 1.0, v - 1, v - 1, 0)
     with pytest.raises(PolicyLagError):
-        ranks.call("train_updates", [row], [(v, [[0]])], cfg.loss, 0.0, True)
+        ranks.call("train_updates", [row], [(v, [[0]])], cfg.loss, 1.0, 0.0, True)
     assert ranks.version() == v
 
 
 def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, world, redis_url, policy, run_dir):
-    from actors.weight_sync import RayObjectStoreTransport
+    from actors.transport.object_store import RayObjectStoreTransport
 
     cfg = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=1, n_reuse=4, sync_interval=4,
                       loss=PolicyLossConfig(eps_low=0.2, eps_high=0.28))
@@ -417,10 +426,11 @@ def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy
     w4 = resumed.full_state_dict()
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000004"
 
-    from actors.weight_sync import RayObjectStoreTransport
+    from actors.transport.object_store import RayObjectStoreTransport
     from learner.loop import Learner
     again = Learner.from_url(cfg, buffer_url=redis_url, run_id=buf.run_id, model_dir=world.model_dir,
-                             run_dir=run_dir, transport=RayObjectStoreTransport(buf.run_id), ranks=ranks)
+                             run_dir=run_dir, transport=RayObjectStoreTransport(buf.run_id), ranks=ranks,
+                             temperature=1.0, group_size=GS)
     buf3 = again.buffer
     assert again.version == v0 + 8 and max_diff(again.full_state_dict(), w4) == 0.0
     for g in batches[4]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from buffer.schema import Group, Response
+from buffer.messages import Group, Response
 from buffer.server import EmbeddedRedis
 from buffer.streams import RunBuffer
 
@@ -156,7 +156,7 @@ def test_monitor_notebook_synthetic_run(tmp_path: Path, tiny_world, kernel_env: 
 
 def test_monitor_notebook_bare_run(tmp_path: Path, kernel_env: str):
     """A run that has logged almost nothing, with a tokenizer path from another machine: no crash."""
-    from buffer.samples import make_group
+    from tests.samples import make_group
 
     with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:
         with RunBuffer.from_url(server.url, RUN_ID) as buf:

@@ -19,14 +19,14 @@ def test_nccl_broadcast_updates_engine(tiny_world, ray_local, free_port, tmp_pat
 
     from actors.config import ActorConfig
     from actors.factory import create_generation_actors
-    from actors.nccl_sync import NcclBroadcastTransport
+    from actors.transport.nccl import NcclBroadcastTransport
     from buffer.server import EmbeddedRedis
 
     run_id = f"nccl-{uuid.uuid4().hex[:6]}"
     with EmbeddedRedis(tmp_path).start() as redis:
-        cfg = ActorConfig(num_actors=1, num_gpus=1, group_size=2, max_tokens=8, max_model_len=128,
+        cfg = ActorConfig(num_actors=1, num_gpus=1, max_model_len=128,
                           weight_transport="nccl", gpu_memory_utilization=0.3)
-        [actor] = create_generation_actors(cfg, run_id, redis.url, str(tiny_world.model_dir))
+        [actor] = create_generation_actors(cfg, run_id, redis.url, str(tiny_world.model_dir), group_size=2)
         torch.cuda.set_device(0)
         model = AutoModelForCausalLM.from_pretrained(tiny_world.model_dir).cuda()
         transport = NcclBroadcastTransport(run_id, "127.0.0.1", free_port)

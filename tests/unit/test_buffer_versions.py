@@ -8,23 +8,29 @@ from pydantic import ValidationError
 
 from buffer.config import BufferConfig
 from buffer.keys import RunKeys, run_id_of
-from buffer.samples import make_group
+from tests.samples import make_group
 from buffer.scripts import id_key, id_score
-from buffer.versions import group_lags, lag_histogram, may_start, min_version_for_step
+from buffer.versions import group_lags, lag_histogram, learner_step_at, min_version_for_step, newest_admissible_step
 
 
 def test_strict_on_policy_needs_exactly_the_steps_version():
     assert [min_version_for_step(s, 1, 0) for s in range(4)] == [0, 1, 2, 3]
-    assert may_start(3, 3, 1, 0) and not may_start(3, 2, 1, 0)
+    assert [newest_admissible_step(v, 1, 0) for v in range(4)] == [0, 1, 2, 3]
 
 
 def test_off_policy_admission():
     # N_SGD = 4 updates per step, max_lag 6: step 5 needs version >= 20 - 6 = 14
     assert min_version_for_step(5, 4, 6) == 14
-    assert may_start(5, 14, 4, 6) and not may_start(5, 13, 4, 6)
+    # the feeder's inverse: the newest step admissible at a version
+    assert newest_admissible_step(14, 4, 6) == 5 and newest_admissible_step(13, 4, 6) == 4
+    assert all(min_version_for_step(newest_admissible_step(v, 4, 6), 4, 6) <= v
+               < min_version_for_step(newest_admissible_step(v, 4, 6) + 1, 4, 6) for v in range(40))
     assert min_version_for_step(1, 4, 100) == 0
+    assert [learner_step_at(v, 4) for v in (0, 3, 4, 17)] == [0, 0, 1, 4]
     with pytest.raises(ValueError):
         min_version_for_step(1, 0, 0)
+    with pytest.raises(ValueError):
+        newest_admissible_step(-1, 4, 0)
 
 
 def test_group_lags_and_histogram():

@@ -21,18 +21,22 @@ def test_every_preset_round_trips_through_json(name):
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_tiny_keeps_reuse_and_batch_ratio(name):
     big, tiny = get_preset(name), scale_to_tiny(get_preset(name))
-    assert tiny.tiny and tiny.learner.n_reuse == big.learner.n_reuse
-    assert tiny.learner.rollout_batch * big.learner.mini_batch == big.learner.rollout_batch * tiny.learner.mini_batch
-    assert tiny.learner.n_sgd == big.learner.n_sgd
+    b, t = big.learner.batch, tiny.learner.batch
+    assert tiny.tiny and t.n_reuse == b.n_reuse
+    assert t.rollout_batch * b.mini_batch == b.rollout_batch * t.mini_batch
+    assert t.n_sgd == b.n_sgd and tiny.temperature == big.temperature
     assert (tiny.learner.mode, tiny.learner.loss.eps_high) == (big.learner.mode, big.learner.loss.eps_high)
 
 
 def test_paper_presets_hold_the_papers_numbers():
     on, off = get_preset("onpolicy"), get_preset("offpolicy_reuse4")
-    assert (on.learner.mode, on.learner.n_sgd, on.learner.loss.eps_low, on.learner.loss.eps_high) == \
+    assert (on.learner.mode, on.learner.batch.n_sgd, on.learner.loss.eps_low, on.learner.loss.eps_high) == \
         ("on_policy", 1, 0.2, 0.2)
-    assert (off.learner.n_reuse, off.learner.rollout_batch, off.learner.mini_batch) == (4, 64, 16)
-    assert off.learner.n_sgd == 16 and off.learner.loss.eps_high == 0.28
+    assert (on.temperature, on.group_size, on.data.stages[0].max_tokens) == (1.0, 16, 16384)
+    b = off.learner.batch
+    assert (b.n_reuse, b.rollout_batch, b.mini_batch) == (4, 64, 16)
+    assert b.n_sgd == 16 and off.learner.loss.eps_high == 0.28
+    assert get_preset("temp_0.6").temperature == 0.6
 
 
 def test_overrides_apply_with_types():
@@ -58,8 +62,29 @@ def test_out_of_range_value_names_the_field(key, value, path):
 
 
 def test_cross_field_rule_is_checked_after_override():
-    with pytest.raises(ConfigError, match="group_size"):
-        apply_overrides(get_preset("onpolicy"), [("actors.group_size", "8")])
+    with pytest.raises(ConfigError, match="strict on-policy"):
+        apply_overrides(get_preset("onpolicy"), [("learner.batch.n_reuse", "2")])
+    with pytest.raises(ConfigError, match="overlong_cache=9000 exceeds the shortest stage budget 8192"):
+        apply_overrides(get_preset("multistage"), [("learner.advantage.overlong_cache", "9000")])
+
+
+def test_shared_settings_live_once():
+    """Temperature, group size and response budgets are the run's: no component config repeats them."""
+    from actors.config import ActorConfig
+    from learner.config import BatchConfig, PolicyLossConfig
+    from learner.trainer_config import LearnerConfig
+
+    for model in (ActorConfig, LearnerConfig, PolicyLossConfig, BatchConfig):
+        assert not {"temperature", "group_size", "max_tokens", "max_response_tokens"} & set(model.model_fields)
+    cfg = apply_overrides(get_preset("onpolicy"), [("temperature", "0.6"), ("group_size", "8")])
+    assert (cfg.temperature, cfg.group_size) == (0.6, 8)
+
+
+def test_stage_schedule():
+    data = get_preset("multistage").data
+    assert [data.stage_at(s) for s in (0, 99, 100, 199, 200, 10_000)] == \
+        [(0, 8192), (0, 8192), (1, 16384), (1, 16384), (2, 32768), (2, 32768)]
+    assert data.max_response_tokens == 32768
 
 
 def test_cli_exits_2_with_the_message(capsys):

@@ -3,10 +3,9 @@
 import numpy as np
 import pytest
 
-from buffer.schema import Group, Response
+from buffer.messages import Group, Response
 from learner.batching import (Row, assign_to_ranks, collate, plan_update, rows_from_groups, scatter_row_values,
                               split_micro_batches)
-from learner.step_metrics import combine_updates
 
 
 def _row(p, r, adv=1.0, v=0, gi=0):
@@ -65,9 +64,3 @@ def test_rows_skip_masked_and_empty_responses():
         Response(np.array([7], np.int32), np.array([-1], np.float32), "length", 0, 1, 0.0)], "a")
     rows = rows_from_groups([g], [np.array([1.0, 0.0, -1.0])], [np.array([True, True, False])])
     assert len(rows) == 1 and rows[0].response_ids.tolist() == [5, 6] and rows[0].advantage == 1.0
-
-
-def test_combine_updates_is_token_weighted():
-    out = combine_updates([{"entropy/mean": 1.0, "ratio/max": 2.0, "tokens/count": 10},
-                           {"entropy/mean": 4.0, "ratio/max": 1.5, "tokens/count": 30}], [10, 30])
-    assert out == {"entropy/mean": pytest.approx(3.25), "ratio/max": 2.0, "tokens/count": 40}

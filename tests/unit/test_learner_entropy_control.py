@@ -7,7 +7,7 @@ from pydantic import TypeAdapter
 
 from learner.config import AdaptiveEntropy, EntropyConfig, FixedEntropy, NoEntropy
 from learner.entropy_control import (
-    AdaptiveEntropyControl, FixedEntropyControl, NoEntropyControl, build_entropy_controller, step_entropy,
+    AdaptiveEntropyControl, FixedEntropyControl, NoEntropyControl, build_entropy_controller,
 )
 
 ENTROPIES = [0.30, 0.15, 0.10, 0.12, 0.18, 0.25, 0.20, 0.19]
@@ -97,11 +97,3 @@ def test_paper_and_script_defaults():
 def test_non_finite_entropy_rejected():
     with pytest.raises(ValueError):
         AdaptiveEntropyControl(AdaptiveEntropy()).update(float("nan"))
-
-
-def test_step_entropy_is_token_weighted():
-    # Two updates: entropy/mean 0.3 over 10 tokens, 0.1 over 30 tokens -> (3 + 3) / 40 = 0.15.
-    assert step_entropy([{"entropy/mean": 0.3, "tokens/count": 10.0},
-                         {"entropy/mean": 0.1, "tokens/count": 30.0}]) == pytest.approx(0.15)
-    with pytest.raises(ValueError):
-        step_entropy([{"entropy/mean": 0.0, "tokens/count": 0.0}])

@@ -7,7 +7,7 @@ import torch
 
 from learner.config import PolicyLossConfig
 from learner.loss import (
-    PolicyLossInputs, count_tokens, deepspeed_loss_scale, k3_kl, policy_loss, reduce_metrics,
+    PolicyLossInputs, count_tokens, deepspeed_loss_scale, k3_kl, policy_loss,
 )
 
 
@@ -143,12 +143,6 @@ def test_count_tokens_and_deepspeed_scale():
     assert deepspeed_loss_scale(4, 2, scale_wrt_gas=False) == 2.0
     with pytest.raises(ValueError):
         deepspeed_loss_scale(0, 1)
-
-
-def test_reduce_metrics():
-    out = reduce_metrics([{"loss/pg": 0.25, "ratio/max": 1.5, "ratio/min": 0.9},
-                          {"loss/pg": 0.5, "ratio/max": 1.2, "ratio/min": 0.7}])
-    assert out == {"loss/pg": 0.75, "ratio/max": 1.5, "ratio/min": 0.7}
 
 
 def test_zero_coefficients_keep_terms_out_of_the_graph():

@@ -12,12 +12,13 @@ import torch
 
 from learner.config import PolicyLossConfig
 from learner.logprobs import logprobs_and_entropy
-from learner.loss import PolicyLossInputs, count_tokens, deepspeed_loss_scale, policy_loss, reduce_metrics
+from learner.loss import PolicyLossInputs, count_tokens, deepspeed_loss_scale, policy_loss
+from learner.reduce import reduce_metrics
 
 V, D, TAU = 13, 8, 0.7
 LENGTHS = [5, 3, 7, 2, 6, 4]
 ADV = [1.2, -0.7, 0.5, -1.5, 0.9, -0.3]
-CFG = PolicyLossConfig(eps_low=0.2, eps_high=0.28, dual_clip=3.0, kl_beta=0.05, temperature=TAU,
+CFG = PolicyLossConfig(eps_low=0.2, eps_high=0.28, dual_clip=3.0, kl_beta=0.05,
                        logprob_chunk_size=4)
 ALPHA = 0.01
 
@@ -64,7 +65,7 @@ def _batch(seqs, idx, pad_to):
 
 
 def _micro_loss(model, batch, total_tokens, on_policy=False):
-    logp, ent = logprobs_and_entropy(model(batch["inputs"]), batch["targets"], CFG.temperature,
+    logp, ent = logprobs_and_entropy(model(batch["inputs"]), batch["targets"], TAU,
                                      CFG.logprob_chunk_size)                          # (b, L) each
     old = logp.detach() if on_policy else batch["old"]
     inputs = PolicyLossInputs(logp, old, batch["adv"], batch["mask"], entropy=ent, ref_logprobs=batch["ref"])

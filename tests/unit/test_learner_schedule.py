@@ -2,8 +2,8 @@
 
 import pytest
 
-from learner.config import BatchConfig, PolicyLossConfig
-from learner.schedule import check_strict_on_policy, minibatch_schedule, num_sgd_updates, schedule_for
+from learner.config import BatchConfig
+from learner.schedule import minibatch_schedule, schedule_for
 
 
 @pytest.mark.parametrize("d_r, d_t, n_reuse, n_sgd", [
@@ -11,13 +11,13 @@ from learner.schedule import check_strict_on_policy, minibatch_schedule, num_sgd
     (32, 32, 1, 1), (16, 16, 1, 1), (256, 64, 4, 16),          # the report's ablation grid
 ])
 def test_num_sgd_updates(d_r, d_t, n_reuse, n_sgd):
-    assert num_sgd_updates(d_r, d_t, n_reuse) == n_sgd
-    assert BatchConfig(rollout_batch=d_r, mini_batch=d_t, n_reuse=n_reuse).n_sgd == n_sgd
+    batch = BatchConfig(rollout_batch=d_r, mini_batch=d_t, n_reuse=n_reuse)
+    assert batch.n_sgd == n_sgd and len(schedule_for(batch, seed=0)) == n_sgd
 
 
 def test_divisibility_error_is_clear():
-    with pytest.raises(ValueError, match="multiple of D_T"):
-        num_sgd_updates(64, 24, 1)
+    with pytest.raises(ValueError, match="multiple of mini_batch D_T=24"):
+        minibatch_schedule(64, 24, 1, seed=0)
     with pytest.raises(ValueError, match="multiple"):
         BatchConfig(rollout_batch=64, mini_batch=24)
 
@@ -40,10 +40,6 @@ def test_schedule_is_seeded():
 
 
 def test_strict_on_policy_is_one_update_over_everything():
-    batch = BatchConfig(rollout_batch=4, mini_batch=4, n_reuse=1, group_size=2)
+    batch = BatchConfig(rollout_batch=4, mini_batch=4, n_reuse=1)
     (plan,) = schedule_for(batch, seed=3)
     assert sorted(plan.group_indices) == [0, 1, 2, 3] and plan.pass_index == 0
-    check_strict_on_policy(batch, PolicyLossConfig())
-    with pytest.raises(ValueError, match="n_reuse=4.*eps_high=0.28"):
-        check_strict_on_policy(BatchConfig(rollout_batch=4, mini_batch=4, n_reuse=4),
-                               PolicyLossConfig(eps_high=0.28))

@@ -1,4 +1,4 @@
-"""Messages that cross the buffer: prompts, trajectory groups, metrics.
+"""The buffer's wire format: how prompts, trajectory groups and metrics become Redis payloads.
 
 Every payload carries a ``schema`` integer so old runs stay readable. Prompts and metrics are
 one msgpack map (schema 1). Token ids travel as little-endian int32 bytes and log-probs as
@@ -27,15 +27,16 @@ from __future__ import annotations
 import math
 import struct
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
 import numpy as np
 
-SCHEMA_VERSION = 1                  # prompts, metrics, schema-1 groups
-GROUP_SCHEMA = 2                    # groups are written framed; schema-1 groups are still read
-SUPPORTED_SCHEMAS = frozenset({1})  # msgpack-map payloads
+from buffer.messages import Group, InvalidMessage, PromptMsg, Response
+
+SCHEMA_VERSION = 1                  # written by prompts and metrics (and by groups before framing)
+GROUP_SCHEMA = 2                    # groups are written framed; schema-1 group maps are still read
+MAP_SCHEMAS = frozenset({1})        # schemas a msgpack-map payload may carry (prompts, metrics, old groups)
 GROUP_MAGIC = b"\xc1LG\x02"
 _PREFIX = struct.Struct("<4sI")     # magic, header length
 
@@ -54,15 +55,6 @@ def _pack(payload: dict[str, Any]) -> bytes:
     if packer is None:
         packer = _local.packer = msgpack.Packer(use_bin_type=True, default=_plain)
     return packer.pack(payload)
-
-
-class InvalidMessage(ValueError):
-    """A payload that cannot be used; ``reason`` is a short machine-readable tag."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
 
 
 def pack_tokens(ids: Any) -> bytes:
@@ -95,70 +87,12 @@ def unpack_logprobs(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=_F32)
 
 
-@dataclass
-class PromptMsg:
-    """One prompt to sample ``n_samples`` responses for (the ``prompts`` stream)."""
-
-    prompt_id: str            # unique per issuance: the group produced from it has group_id == prompt_id
-    data_source: str          # e.g. "tiny_arith", "aime24"
-    prompt_ids: np.ndarray    # (P,) int32 prompt token ids
-    answer: str               # gold answer (math) or JSON-encoded tests (code)
-    n_samples: int            # group size gs
-    max_tokens: int           # response budget for this prompt's stage
-    step: int                 # learner step this prompt is issued for
-    min_version: int          # admission: start only with policy weights of at least this version
-    stage: int = 0
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Response:
-    """One sampled response with what the learner needs to correct for off-policyness."""
-
-    token_ids: np.ndarray     # (L,) int32
-    logprobs: np.ndarray      # (L,) float32 behaviour log-prob of each sampled token
-    finish_reason: str        # "stop" | "length" | "abort"
-    version_start: int        # policy version when sampling began
-    version_end: int          # policy version when it finished (> start: weights swapped mid-response)
-    reward: float = 0.0
-    reward_info: dict[str, Any] = field(default_factory=dict)  # reason, extracted answer, ...
-
-    @property
-    def length(self) -> int:
-        return int(self.token_ids.shape[0])
-
-    @property
-    def truncated(self) -> bool:
-        return self.finish_reason == "length"
-
-
-@dataclass
-class Group:
-    """All responses to one prompt (the ``groups`` stream); the learner's unit of data."""
-
-    group_id: str
-    prompt_id: str
-    data_source: str
-    step: int
-    prompt_ids: np.ndarray    # (P,) int32
-    answer: str
-    responses: list[Response]
-    actor_id: str
-    stage: int = 0
-    created_at: float = 0.0   # when the prompt was taken
-    finished_at: float = 0.0  # when the last response finished
-
-    @property
-    def rewards(self) -> np.ndarray:
-        return np.array([r.reward for r in self.responses], dtype=np.float64)
-
-
 def encode_prompt(p: PromptMsg) -> bytes:
     return _pack({
         "schema": SCHEMA_VERSION, "kind": "prompt", "prompt_id": p.prompt_id,
         "data_source": p.data_source, "prompt_ids": _bin(p.prompt_ids, _I32), "answer": p.answer,
         "n_samples": p.n_samples, "max_tokens": p.max_tokens, "step": p.step,
-        "min_version": p.min_version, "stage": p.stage, "meta": p.meta,
+        "min_version": p.min_version, "stage": p.stage, "temperature": p.temperature, "meta": p.meta,
     })
 
 
@@ -166,7 +100,7 @@ def _group_header(g: Group, lengths: list[int]) -> dict[str, Any]:
     rs = g.responses
     return {
         "schema": GROUP_SCHEMA, "kind": "group", "group_id": g.group_id, "prompt_id": g.prompt_id,
-        "data_source": g.data_source, "step": g.step, "stage": g.stage,
+        "data_source": g.data_source, "step": g.step, "stage": g.stage, "max_tokens": g.max_tokens,
         "prompt_ids": _bin(g.prompt_ids, _I32), "answer": g.answer, "actor_id": g.actor_id,
         "created_at": g.created_at, "finished_at": g.finished_at, "lengths": lengths,
         "finish_reason": [r.finish_reason for r in rs], "version_start": [r.version_start for r in rs],
@@ -227,7 +161,7 @@ def _unpack_map(raw: bytes, kind: str) -> dict[str, Any]:
         msg = msgpack.unpackb(raw, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise InvalidMessage("malformed_msgpack", repr(exc)[:200]) from None
-    _check_kind(msg, kind, SUPPORTED_SCHEMAS)
+    _check_kind(msg, kind, MAP_SCHEMAS)
     return msg
 
 
@@ -268,8 +202,18 @@ def decode_prompt(raw: bytes, max_bytes: int = 64 << 20) -> PromptMsg:
         prompt_ids=prompt_ids, answer=_field(msg, "answer", str), n_samples=n_samples,
         max_tokens=max_tokens, step=_field(msg, "step", int),
         min_version=_field(msg, "min_version", int), stage=_field(msg, "stage", int),
-        meta=_field(msg, "meta", dict),
+        temperature=_temperature(msg), meta=_field(msg, "meta", dict),
     )
+
+
+def _temperature(msg: dict) -> float:
+    """Optional: prompts written before it was recorded were sampled at tau = 1."""
+    if "temperature" not in msg:
+        return 1.0
+    value = float(_field(msg, "temperature", (float, int)))
+    if not 0 < value < math.inf:
+        raise InvalidMessage("bad_field", f"temperature={value} must be finite and > 0")
+    return value
 
 
 _RESPONSE_FIELDS = (("token_ids", bytes), ("logprobs", bytes), ("finish_reason", str), ("version_start", int),
@@ -417,12 +361,22 @@ def _group(msg: dict, responses: list[Response]) -> Group:
     return Group(
         group_id=group_id, prompt_id=_field(msg, "prompt_id", str),
         data_source=_field(msg, "data_source", str), step=_field(msg, "step", int),
-        stage=_field(msg, "stage", int), prompt_ids=unpack_tokens(_field(msg, "prompt_ids", bytes)),
+        stage=_field(msg, "stage", int), max_tokens=_max_tokens(msg), prompt_ids=unpack_tokens(_field(msg, "prompt_ids", bytes)),
         answer=_field(msg, "answer", str), actor_id=_field(msg, "actor_id", str),
         created_at=float(_field(msg, "created_at", (float, int))),
         finished_at=float(_field(msg, "finished_at", (float, int))),
         responses=responses,
     )
+
+
+def _max_tokens(msg: dict) -> int:
+    """Optional: groups written before it was recorded read as 0 (unknown)."""
+    if "max_tokens" not in msg:
+        return 0
+    value = _field(msg, "max_tokens", int)
+    if value < 0:
+        raise InvalidMessage("bad_field", f"max_tokens={value} < 0")
+    return value
 
 
 def _plain(value: Any) -> Any:
@@ -452,6 +406,6 @@ def decode_map(raw: bytes) -> dict[str, Any]:
         msg = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types on garbage
         raise InvalidMessage("malformed_msgpack", repr(exc)[:200]) from None
-    if not isinstance(msg, dict) or msg.get("schema") not in SUPPORTED_SCHEMAS:
+    if not isinstance(msg, dict) or msg.get("schema") not in MAP_SCHEMAS:
         raise InvalidMessage("unknown_schema", repr(msg)[:80])
     return msg

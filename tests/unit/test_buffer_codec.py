@@ -6,9 +6,11 @@ import msgpack
 import numpy as np
 import pytest
 
-from buffer.samples import encode_group_v1, make_group, make_prompt, tamper, tamper_response
-from buffer.schema import (InvalidMessage, decode_group, decode_map, decode_prompt, encode_group,
-                           encode_map, encode_prompt, pack_logprobs, pack_tokens)
+from tests.samples import encode_group_v1, make_group, make_prompt, tamper, tamper_response
+from buffer.codec import (
+    decode_group, decode_map, decode_prompt, encode_group, encode_map, encode_prompt, pack_logprobs, pack_tokens,
+)
+from buffer.messages import InvalidMessage
 
 
 def test_group_round_trip_is_bit_exact():

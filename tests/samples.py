@@ -7,8 +7,8 @@ import time
 import msgpack
 import numpy as np
 
-from buffer.schema import (GROUP_MAGIC, Group, PromptMsg, Response, frame, pack_logprobs, pack_tokens,
-                           unframe)
+from buffer.codec import GROUP_MAGIC, frame, pack_logprobs, pack_tokens, unframe
+from buffer.messages import Group, PromptMsg, Response
 
 
 def make_prompt(prompt_id: str, *, prompt_len: int = 32, n_samples: int = 4, step: int = 0,

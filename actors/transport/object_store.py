@@ -1,40 +1,19 @@
-"""How new policy weights travel from the learner to the generation actors.
+"""Weights through Ray's object store (the default transport; CPU and multi-node).
 
-The learner publishes `(name, tensor)` pairs with a version and gets back a *location* string,
-which it writes to the buffer's `version` key together with the version (atomically), so an
-actor that sees version v in Redis also knows where v's weights are. Actors fetch by location
-and load the tensors into their running engine (see `actors.worker_extension`).
-
-Two transports behind one interface (DESIGN.md §8):
-- `RayObjectStoreTransport` (default; CPU and multi-node): tensors go into Ray's object store;
-  a small named `WeightStore` actor holds references to the latest versions so any actor,
-  including one Ray restarted after a crash, can fetch them by name.
-- `actors.nccl_sync.NcclBroadcastTransport` (GPU clusters): a broadcast from learner rank 0
-  straight into every engine's GPU memory.
+``publish`` puts a detached CPU copy of every tensor into the object store; a small named
+``WeightStore`` actor holds references to the latest versions so any actor, including one Ray
+restarted after a crash, can fetch them by name. Every version copies the whole model through
+the object store, so this is for small models; GPU clusters use a collective broadcast.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from typing import Iterable
 
 import ray
 import torch
 
-NamedTensors = list[tuple[str, torch.Tensor]]
-
-
-class WeightTransport(Protocol):
-    """Learner side: `publish`, write (version, location) to the buffer, then `after_announce`.
-    Actor side: `load_into` when the buffer shows a newer version."""
-
-    def publish(self, params: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
-        """Make `params` available as `version`; return the location actors load from."""
-
-    def after_announce(self) -> None:
-        """Called once the version is visible in the buffer (NCCL broadcasts here)."""
-
-    def load_into(self, llm, location: str) -> None:
-        """Actor side: load the weights at `location` into a running vLLM engine."""
+from actors.transport import NamedTensors
 
 
 @ray.remote(num_cpus=0)
@@ -99,16 +78,3 @@ class RayObjectStoreTransport:
             raise ValueError(f"location {location!r} is not from store {self.store_name!r}")
         wrapped = ray.get(self._store_handle(create=False).get.remote(int(version)))
         return ray.get(wrapped[0])
-
-
-def parse_location_version(location: str) -> int:
-    """The version encoded at the end of a location string."""
-    return int(location.rstrip("/").rpartition("/")[2])
-
-
-def make_transport(kind: str, run_id: str, **kw) -> WeightTransport:
-    """The transport named by `ActorConfig.weight_transport`."""
-    if kind == "ray":
-        return RayObjectStoreTransport(run_id)
-    from actors.nccl_sync import NcclBroadcastTransport
-    return NcclBroadcastTransport(run_id, **kw)

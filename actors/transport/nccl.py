@@ -20,7 +20,7 @@ from typing import Iterable
 import ray
 import torch
 
-from actors.weight_sync import parse_location_version
+from actors.transport import parse_location_version
 
 NAME_DTYPES = {"torch.float32": torch.float32, "torch.bfloat16": torch.bfloat16, "torch.float16": torch.float16}
 

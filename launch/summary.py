@@ -1,0 +1,77 @@
+"""The end of a run: what happened, as a dict (``summary.json``) and as a few readable lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The run's step rows from ``metrics.jsonl``, one per step (a step retrained after a resume
+    appears twice in the file: its last row wins)."""
+    if not path.exists():
+        return []
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows[row["step"]] = row
+    return [rows[s] for s in sorted(rows)]
+
+
+def _first_last(rows: list[dict], key: str) -> list[float] | None:
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
+    return [float(values[0]), float(values[-1])] if values else None
+
+
+def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int, seconds: float,
+                  rows: list[dict], evals: list[dict], stop_reason: str) -> dict:
+    """``rows``: every step's metrics row; ``evals``: the evaluation rows (first = before training)."""
+    trained = sum(int(r.get("groups/trained", 0)) for r in rows)
+    lag_means = [r["lag/mean"] for r in rows if "lag/mean" in r]
+    return {
+        "run_id": run_id, "preset": preset, "run_path": str(run_path), "steps": len(rows),
+        "steps_total": steps_total, "stop_reason": stop_reason, "seconds": round(seconds, 1),
+        "evals": evals,
+        "accuracy": _first_last(evals, "eval/avg@n"),
+        "eval_n": evals[-1]["eval/n"] if evals else None,
+        "eval_problems": evals[-1]["eval/problems"] if evals else None,
+        "train_accuracy": _first_last(rows, "reward/accuracy"),
+        "entropy": _first_last(rows, "entropy/mean"),
+        "length": _first_last(rows, "length/mean"),
+        "lag_mean": float(np.mean(lag_means)) if lag_means else None,
+        "lag_max": max((int(r.get("lag/max", 0)) for r in rows), default=None),
+        "groups": {"trained": trained,
+                   "zero_advantage_dropped": sum(int(r.get("groups/zero_adv_dropped", 0)) for r in rows),
+                   "stale_dropped": sum(int(r.get("groups/stale_dropped", 0)) for r in rows),
+                   "stale_responses_dropped": sum(int(r.get("lag/stale_dropped", 0)) for r in rows)},
+        "files": {name: str(run_path / name) for name in
+                  ("config.json", "metrics.jsonl", "summary.json", "checkpoints", "logs", "redis")},
+    }
+
+
+def format_summary(s: dict) -> str:
+    """The summary as the lines a person reads at the end of a run."""
+    def arrow(pair: list[float] | None, fmt: str = ".3f") -> str:
+        return "-" if pair is None else f"{pair[0]:{fmt}} -> {pair[1]:{fmt}}"
+
+    minutes, secs = divmod(int(round(s["seconds"])), 60)
+    g = s["groups"]
+    lag = "-" if s["lag_mean"] is None else f"mean {s['lag_mean']:.2f}, max {s['lag_max']}"
+    evaluated = (f"avg@{s['eval_n']} on {s['eval_problems']} held-out problems" if s["accuracy"]
+                 else "no evaluation")
+    lines = [
+        f"run {s['run_id']} ({s['preset']}): {s['steps']}/{s['steps_total']} steps in {minutes} min {secs} s "
+        f"({s['stop_reason']})",
+        f"  accuracy      {arrow(s['accuracy'])} ({evaluated})",
+        f"  train reward  accuracy {arrow(s['train_accuracy'])}, response length {arrow(s['length'], '.1f')} tokens",
+        f"  entropy       {arrow(s['entropy'])}",
+        f"  policy lag    {lag}",
+        f"  groups        {g['trained']} trained, {g['zero_advantage_dropped']} zero-advantage dropped, "
+        f"{g['stale_dropped']} stale dropped ({g['stale_responses_dropped']} stale responses)",
+        f"  files         {s['run_path']}/ (config.json, metrics.jsonl, summary.json, checkpoints/, logs/, redis/)",
+        f"  notebook      LAGRL_RUN_DIR={s['run_path']} jupyter notebook notebooks/monitor.ipynb",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,222 @@
+"""Which groups a learner step trains: collect, admit, drop stale, ACK (DESIGN.md §3, §4).
+
+:meth:`Admission.collect` reads groups until D_R valid ones are in hand (pending groups of a
+previous incarnation first) and classifies each group it reads:
+
+* already trained (in the restored weights, or trained and waiting for its checkpoint's ACK):
+  skipped, never trained twice;
+* sampled by a version ahead of the learner: after a restore, the crashed learner had published
+  it, so the group waits until the retrained updates reach that version; a version nobody
+  published is corrupt and dead-lettered;
+* stale: strict on-policy drops a group left over from an earlier step's dynamic sampling and
+  raises ``PolicyLagError`` on any other lag; off-policy drops responses whose lag exceeds
+  ``max_lag`` (dead letter ``stale``, counted) and trains the rest of the group;
+* zero advantage (all rewards equal): ACKed and discarded under dynamic sampling;
+* valid: its advantages and loss mask go to the step.
+
+Groups that are trained are ACKed later, once a checkpoint covers them (:class:`TrainedLedger`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from buffer.codec import encode_group
+from buffer.messages import Group
+from buffer.versions import group_lags
+from learner.advantages import compute_advantages
+from learner.errors import PolicyLagError
+from learner.trainer_config import LearnerConfig
+
+Entry = tuple[str, Group]          # (stream entry id, group)
+
+
+@dataclass
+class Collected:
+    """The valid groups of one step plus what was dropped on the way."""
+
+    entries: list[Entry] = field(default_factory=list)
+    advantages: list[np.ndarray] = field(default_factory=list)   # per group (N,)
+    loss_masks: list[np.ndarray] = field(default_factory=list)   # per group (N,) bool
+    seen: list[tuple[Group, np.ndarray]] = field(default_factory=list)  # non-stale groups read, present mask
+    read: int = 0
+    zero_dropped: int = 0
+    stale_responses: int = 0
+    stale_groups: int = 0
+    skipped_done: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {"groups/read": self.read, "groups/trained": len(self.entries),
+                "groups/zero_adv_dropped": self.zero_dropped, "groups/stale_dropped": self.stale_groups,
+                "groups/skipped_done": self.skipped_done, "lag/stale_dropped": float(self.stale_responses)}
+
+
+class TrainedLedger:
+    """Group ids in the weights, and the trained entries whose ACK waits for a checkpoint.
+
+    A group delivered again (Redis lost an ACK, or a delivery past its fsync window) is never
+    trained twice: its id is in the restored checkpoint's last groups or was trained here.
+    """
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+        self.in_weights: set[str] = set()
+        self.unacked: list[tuple[str, str]] = []     # (entry id, group id)
+
+    def restore(self, group_ids: list[str]) -> None:
+        self.in_weights = set(group_ids)
+
+    def trained(self, entries: list[Entry]) -> None:
+        self.unacked.extend((e, g.group_id) for e, g in entries)
+        self.in_weights.update(g.group_id for _, g in entries)
+
+    def pending_ids(self) -> list[str]:
+        """Trained group ids a checkpoint must record (they are ACKed once it is committed)."""
+        return [g for _, g in self.unacked]
+
+    def ack_trained(self) -> None:
+        ack(self.buffer, self.unacked, "trained")
+        self.unacked = []
+
+
+def ack(buffer, entries: list[tuple[str, str]], outcome: str) -> None:
+    """ACK (entry id, group id) pairs with the consumer's outcome (the audit's books)."""
+    if entries:
+        buffer.ack_groups([e for e, _ in entries], [g for _, g in entries], outcome)
+
+
+class Admission:
+    """Reads and classifies the groups of the learner's steps (module docstring)."""
+
+    def __init__(self, cfg: LearnerConfig, buffer, ledger: TrainedLedger):
+        self.cfg, self.buffer, self.ledger = cfg, buffer, ledger
+        self._backlog: deque[Entry] = deque(buffer.pending_groups(cfg.consumer))
+        self._deferred: list[Entry] = []        # sampled by a version the learner has not reached
+
+    def collect(self, version: int, step: int) -> Collected:
+        """D_R valid groups for ``step`` at learner ``version`` (blocks; ``data_timeout_s`` bounds it)."""
+        cfg, col = self.cfg, Collected()
+        need = cfg.batch.rollout_batch
+        self._release_deferred(version)
+        deadline = None if cfg.data_timeout_s is None else time.monotonic() + cfg.data_timeout_s
+        while len(col.entries) < need:
+            got = self._read(need - len(col.entries))
+            for entry_id, group in got:
+                col.read += 1
+                self._admit(entry_id, group, col, version, step)
+            if not got:
+                self._publish_need(step, need - len(col.entries))
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"step {step}: {len(col.entries)}/{need} valid groups after "
+                                       f"{cfg.data_timeout_s}s ({col.read} read)")
+        self._publish_need(step, 0)
+        return col
+
+    def _release_deferred(self, version: int) -> None:
+        reached = [max(r.version_start for r in g.responses) <= version for _, g in self._deferred]
+        ready = [x for x, ok in zip(self._deferred, reached) if ok]
+        self._deferred = [x for x, ok in zip(self._deferred, reached) if not ok]
+        self._backlog = deque(ready + list(self._backlog))
+
+    def _read(self, need: int) -> list[Entry]:
+        if self._backlog:
+            return [self._backlog.popleft() for _ in range(min(need, len(self._backlog)))]
+        return self.buffer.take_groups(self.cfg.consumer, need, self.cfg.block_ms)
+
+    def _publish_need(self, step: int, groups: int) -> None:
+        """Tell the feeder how many valid groups this step still lacks (``learner_need`` in the run's
+        meta hash), so dynamic sampling tops up what is missing, not a fixed D_R/2 that ends up stale.
+        Re-published on every empty read: the feeder only trusts a hint newer than its last answer."""
+        self.buffer.set_meta(learner_need={"step": step, "groups": groups, "time": time.time()})
+
+    def _admit(self, entry_id: str, g: Group, col: Collected, version: int, step: int) -> None:
+        if self._already_trained(entry_id, g, col):
+            return
+        lag = group_lags(g, version)                                                # (N,)
+        if (lag < 0).any():
+            self._ahead(entry_id, g, version)
+            return
+        present = self._present(entry_id, g, lag, col, step, version)
+        if present is None:
+            return
+        col.seen.append((g, present))
+        self._score(entry_id, g, present, col)
+
+    def _already_trained(self, entry_id: str, g: Group, col: Collected) -> bool:
+        unacked = {gid: e for e, gid in self.ledger.unacked} | {x.group_id: e for e, x in col.entries}
+        if g.group_id not in self.ledger.in_weights and g.group_id not in unacked:
+            return False
+        col.skipped_done += 1
+        if unacked.get(g.group_id) != entry_id:       # else the next checkpoint ACKs this entry
+            ack(self.buffer, [(entry_id, g.group_id)], "already_trained")
+        return True
+
+    def _ahead(self, entry_id: str, g: Group, version: int) -> None:
+        newest = max(r.version_start for r in g.responses)
+        if newest <= self.buffer.get_version()[0]:
+            # after a restore: sampled with weights the crashed learner had published; the
+            # retrained updates reach that version again, then the group is used
+            self._deferred.append((entry_id, g))
+            return
+        # a version nobody published: corrupt, never trainable
+        self.buffer.dead_letter("learner", "future_version", raw=encode_group(g), detail=(
+            f"group {g.group_id}: version_start {newest} > published and learner version {version}"))
+        ack(self.buffer, [(entry_id, g.group_id)], "stale")
+
+    def _present(self, entry_id: str, g: Group, lag: np.ndarray, col: Collected, step: int,
+                 version: int) -> np.ndarray | None:
+        """The responses fresh enough to train (None: the whole group is dropped, ACKed 'stale')."""
+        if self.cfg.mode == "on_policy":
+            if not lag.any():
+                return np.ones(len(lag), dtype=bool)
+            if g.step >= step:
+                raise PolicyLagError(f"strict on-policy: group {g.group_id} has response lags {lag.tolist()} "
+                                     f"at learner version {version} (every token must be lag 0)")
+            # Surplus of an earlier step's dynamic sampling: generated on-policy for its own step,
+            # finished after that step was complete. Strict mode never trains it at lag > 0.
+            col.stale_groups += 1
+            col.stale_responses += len(lag)
+            # stale dead letters record the decision, not a copy: the group stays in the groups
+            # stream (retention), and stale groups can be a large share of an off-policy run
+            self.buffer.dead_letter("learner", "stale", detail=(
+                f"group {g.group_id} of step {g.step} arrived at step {step} (lags "
+                f"{sorted(set(lag.tolist()))}); strict on-policy trains only lag 0"))
+            ack(self.buffer, [(entry_id, g.group_id)], "stale")
+            return None
+        present = lag <= self.cfg.max_lag
+        if present.all():
+            return present
+        n_stale = int((~present).sum())
+        col.stale_responses += n_stale
+        self.buffer.dead_letter("learner", "stale", detail=(
+            f"group {g.group_id}: {n_stale}/{len(lag)} responses with lag > max_lag {self.cfg.max_lag} at "
+            f"version {version} (lags {sorted(set(lag.tolist()))}); "
+            + ("trained on the rest" if present.any() else "group dropped")))
+        if present.any():
+            return present
+        col.stale_groups += 1
+        ack(self.buffer, [(entry_id, g.group_id)], "stale")
+        return None
+
+    def _score(self, entry_id: str, g: Group, present: np.ndarray, col: Collected) -> None:
+        """Advantages of a fresh group; zero-advantage groups are discarded or masked."""
+        cfg = self.cfg
+        res = compute_advantages(
+            torch.tensor(g.rewards)[None], torch.tensor([r.length for r in g.responses])[None],
+            torch.tensor([r.truncated for r in g.responses])[None], cfg.advantage,
+            max_len=g.max_tokens or None, present=torch.from_numpy(present)[None])
+        zero = bool(res.zero_groups[0])
+        if zero and cfg.dynamic_sampling:
+            col.zero_dropped += 1
+            ack(self.buffer, [(entry_id, g.group_id)], "filtered")
+            return
+        mask = res.loss_mask[0].numpy() & (not zero or not cfg.advantage.reject_zero_advantage)
+        col.zero_dropped += int(zero and cfg.advantage.reject_zero_advantage)
+        col.entries.append((entry_id, g))
+        col.advantages.append(res.advantages[0].numpy())
+        col.loss_masks.append(mask)

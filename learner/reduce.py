@@ -1,0 +1,49 @@
+"""How a metric combines: across micro-batches and ranks, then across a step's updates.
+
+One rule for every key, by its name: ``.../max`` keys take the max, ``.../min`` keys the min,
+count keys (``tokens/count``) add up, and everything else is a per-token value.
+
+* Within one optimizer update, every micro-batch of every rank reports ``sum / T_global``
+  (``learner.loss`` convention), so per-token values simply add up (:func:`reduce_metrics`).
+* Across the N_SGD updates of a learner step, per-token values are the token-weighted mean
+  sum_u value_u T_u / sum_u T_u (:func:`combine_updates`); with N_SGD = 1 that is the exact mean
+  over the step's tokens, e.g. the entropy the entropy controller reads.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal, Sequence
+
+COUNT_KEYS = frozenset({"tokens/count"})
+
+
+def reduce_op(key: str) -> Literal["max", "min", "sum"]:
+    """max for ``/max`` keys, min for ``/min`` keys, sum for everything else."""
+    return "max" if key.endswith("/max") else "min" if key.endswith("/min") else "sum"
+
+
+def _combine(op: str, a: float, b: float) -> float:
+    return max(a, b) if op == "max" else min(a, b) if op == "min" else a + b
+
+
+def reduce_metrics(metrics: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Per-micro-batch (or per-rank) metric dicts -> the update's values."""
+    out: dict[str, float] = {}
+    for m in metrics:
+        for k, v in m.items():
+            out[k] = v if k not in out else _combine(reduce_op(k), out[k], v)
+    return out
+
+
+def combine_updates(per_update: Sequence[dict[str, float]], tokens: Sequence[float]) -> dict[str, float]:
+    """The step's values from its updates' (``tokens[u]`` = T_u, the update's loss tokens)."""
+    total = float(sum(tokens))
+    out: dict[str, float] = {}
+    for k in sorted({k for m in per_update for k in m}):
+        vals = [(m[k], t) for m, t in zip(per_update, tokens) if k in m]
+        op = reduce_op(k)
+        if op != "sum" or k in COUNT_KEYS:
+            out[k] = reduce_metrics({k: v} for v, _ in vals)[k]
+        else:
+            out[k] = sum(v * t for v, t in vals) / total if total > 0 else 0.0
+    return out
