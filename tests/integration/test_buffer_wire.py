@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import redis
 
-from buffer.server import connect
+from buffer.connection import connect
 from buffer.wire import GatherConnection, GatherPacker, Parts, _send_all
 
 pytestmark = pytest.mark.integration

@@ -66,7 +66,7 @@ def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel
 
 def test_offpolicy_reuse4_tiny_in_process(ray_local, tmp_path, tiny_world):
     from launch.cli import build_config
-    from launch.driver import run
+    from launch.run.driver import run
 
     cfg, _ = build_config(["--tiny", "--run_dir", str(tmp_path / "runs"), "--run_id", "offpolicy-e2e"],
                           default_preset="offpolicy_reuse4")

@@ -224,8 +224,8 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
     import rewards.workers
     from buffer import RunBuffer, connect
     from launch.cli import build_config
-    from launch.data import PromptRenderer
-    from launch.driver import run
+    from launch.run.data import PromptRenderer
+    from launch.run.driver import run
     from launch.tiny.task import PROMPT_TEMPLATE
     from transformers import AutoTokenizer
 
@@ -378,7 +378,7 @@ _RAY_PROBE = """
 import json, os, sys, time
 import psutil
 from launch.cli import build_config
-from launch.driver import _init_ray
+from launch.run.driver import _init_ray
 cfg, _ = build_config(["--tiny"], default_preset="onpolicy")
 _init_ray(cfg)
 import ray

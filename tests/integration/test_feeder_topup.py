@@ -8,8 +8,8 @@ import pytest
 
 from buffer import RunBuffer
 from tests.samples import make_group
-from launch.data import PromptRenderer, Problem
-from launch.feeder import PromptFeeder
+from launch.run.data import PromptRenderer, Problem
+from launch.run.feeder import PromptFeeder
 from learner.config import BatchConfig
 
 pytestmark = pytest.mark.integration

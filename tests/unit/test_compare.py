@@ -1,4 +1,4 @@
-"""launch.compare: metrics JSONL -> comparison figure + long CSV; plots never crash on missing keys."""
+"""launch.tools.compare: metrics JSONL -> comparison figure + long CSV; plots never crash on missing keys."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from launch import compare  # noqa: E402
+from launch.tools import compare  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def test_cli_writes_png_and_csv(tmp_path: Path):
     a = _write_run(tmp_path, "run-a", _rows(6, entropy0=0.5, with_eval=True), preset="onpolicy")
     b = _write_run(tmp_path, "run-b", _rows(4, entropy0=0.3, with_eval=False), preset="offpolicy_reuse4")
     out = tmp_path / "cmp"
-    proc = subprocess.run([sys.executable, "-m", "launch.compare", "--metrics-jsonl", str(a), str(b),
+    proc = subprocess.run([sys.executable, "-m", "launch.tools.compare", "--metrics-jsonl", str(a), str(b),
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     png, csv_path = out / "compare.png", out / "compare.csv"

@@ -1,12 +1,12 @@
 """Ablation comparison: run several presets in turn on the same world, then one figure and one CSV.
 
-    python -m launch.ablation --presets onpolicy offpolicy_reuse4 --tiny --steps 30 --out runs/ablation
-    python -m launch.ablation --presets onpolicy cliphigh_0.28 --tiny --steps 30 --out runs/cliphigh -- --learner.lr 1e-4
+    python -m launch.tools.ablation --presets onpolicy offpolicy_reuse4 --tiny --steps 30 --out runs/ablation
+    python -m launch.tools.ablation --presets onpolicy cliphigh_0.28 --tiny --steps 30 --out runs/cliphigh -- --learner.lr 1e-4
 
-Each preset runs in this process through ``launch.cli.build_config`` + ``launch.driver.run`` (one
+Each preset runs in this process through ``launch.cli.build_config`` + ``launch.run.driver.run`` (one
 local Ray shared by all runs, or the cluster in RAY_ADDRESS; every run starts and stops its own
 Redis, actors, reward workers and learner), as run ``<prefix>-<preset>`` under ``<out>/runs``.
-Overrides after ``--`` apply to every preset. Then ``launch.compare.write_compare`` draws
+Overrides after ``--`` apply to every preset. Then ``launch.tools.compare.write_compare`` draws
 ``<out>/compare.png`` (entropy/mean; reward/accuracy and the held-out eval avg@n (dashed) vs
 step; one colour per preset) and ``<out>/compare.csv`` (long format), and ``<out>/ablation.json``
 records per preset: wall seconds, entropy and accuracy at the first/last step, eval avg@n first/last.
@@ -64,8 +64,8 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     import matplotlib
 
     matplotlib.use("Agg")
-    from launch import compare
-    from launch.driver import _init_ray, run
+    from launch.tools import compare
+    from launch.run.driver import _init_ray, run
 
     _init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
     frames, report = {}, {"presets": presets, "out": str(out), "runs": []}

@@ -72,12 +72,12 @@ def run(cfg: RunConfig) -> RunResult:
     from actors.transport import make_transport
     from buffer import RunBuffer, open_buffer_server
     from buffer.server import write_private
-    from launch.data import PromptRenderer, load_problems
-    from launch.evaluation import Evaluator
-    from launch.feeder import PromptFeeder
-    from launch.progress import Progress
-    from launch.prompt_stats import PromptStats
-    from launch.summary import build_summary, format_summary, read_metrics
+    from launch.run.data import PromptRenderer, load_problems
+    from launch.run.evaluation import Evaluator
+    from launch.run.feeder import PromptFeeder
+    from launch.run.progress import Progress
+    from launch.run.prompt_stats import PromptStats
+    from launch.run.summary import build_summary, format_summary, read_metrics
     from learner.loop import Learner
     from rewards.workers import RewardPool
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from buffer.messages import PromptMsg
 from buffer.versions import learner_step_at, min_version_for_step, newest_admissible_step
-from launch.data import Problem, PromptRenderer
+from launch.run.data import Problem, PromptRenderer
 from learner.config import BatchConfig
 
 

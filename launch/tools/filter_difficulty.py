@@ -1,7 +1,7 @@
 """Offline difficulty filter: drop the prompts a model never or always solves (Skywork-OR1 data prep).
 
-    python -m launch.filter_difficulty --model_dir /models/qwen --input math.jsonl --output math.filtered.jsonl --n 8
-    python -m launch.filter_difficulty --tiny --input .cache/tiny-world-v1-s0-w1500-a0.2/data/train.jsonl \\
+    python -m launch.tools.filter_difficulty --model_dir /models/qwen --input math.jsonl --output math.filtered.jsonl --n 8
+    python -m launch.tools.filter_difficulty --tiny --input .cache/tiny-world-v1-s0-w1500-a0.2/data/train.jsonl \\
         --output runs/tiny-train.filtered.jsonl --n 8          # the tiny world's model, template and budget
 
 For every prompt it samples N responses with vLLM (``LLM.generate``, ``SamplingParams(n=N)``, the
@@ -17,8 +17,8 @@ dropped and counted as ``too_long``; kept + all-wrong + all-right + too_long = i
 reasons; with ``--stats_responses`` the sampled texts), e.g. to look at the pass-rate distribution.
 
 Input: JSONL or parquet with ``--prompt_key`` (problem) and ``--answer_key`` (answer) fields, as
-``launch.data.load_problems`` reads them. Prompts are rendered like the training run renders them
-(``launch.data.PromptRenderer``: the tokenizer's chat template when it has one, else
+``launch.run.data.load_problems`` reads them. Prompts are rendered like the training run renders them
+(``launch.run.data.PromptRenderer``: the tokenizer's chat template when it has one, else
 ``{problem}\\n``; ``--tiny``: the tiny world's ``Q: {problem}\\nA: ``). vLLM and torch are imported
 only after the arguments and the input file have been checked, so errors are instant.
 """
@@ -81,7 +81,7 @@ def verdict(correct: int, n: int) -> Verdict:
 
 def read_records(path: str | Path, prompt_key: str, answer_key: str) -> list[dict]:
     """The input's raw records, checked to hold both fields (errors name the row and the fields)."""
-    from launch.data import problems_from_rows, read_rows
+    from launch.run.data import problems_from_rows, read_rows
 
     rows = read_rows(path)
     problems_from_rows(rows, path, prompt_key, answer_key)    # raises on a missing field / empty file
@@ -205,7 +205,7 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
 
     from transformers import AutoTokenizer
 
-    from launch.data import PromptRenderer
+    from launch.run.data import PromptRenderer
 
     renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir), chat_template, template)
     ids = [renderer.ids(str(rec[prompt_key])) for rec in records]

@@ -15,7 +15,7 @@ import numpy as np
 from actors.generation import eval_run_id
 from buffer import RunBuffer
 from buffer.messages import PromptMsg
-from launch.data import Problem, PromptRenderer
+from launch.run.data import Problem, PromptRenderer
 from rewards.evaluate import summarize
 
 

@@ -1,7 +1,7 @@
 """Plots of a run's metrics (the monitor notebook's figures) and the ablation comparison CLI.
 
-    python -m launch.compare --redis-url redis://:PASSWORD@127.0.0.1:PORT/0 --runs RUN_A RUN_B --out cmp/
-    python -m launch.compare --metrics-jsonl runs/RUN_A/metrics.jsonl runs/RUN_B/metrics.jsonl --out cmp/
+    python -m launch.tools.compare --redis-url redis://:PASSWORD@127.0.0.1:PORT/0 --runs RUN_A RUN_B --out cmp/
+    python -m launch.tools.compare --metrics-jsonl runs/RUN_A/metrics.jsonl runs/RUN_B/metrics.jsonl --out cmp/
 
 Writes ``cmp/compare.png`` (entropy/mean, and reward/accuracy with eval accuracy when present, vs
 step; one line per run, labelled ``run_id (preset)``) and ``cmp/compare.csv`` (long format: run,

@@ -1,0 +1,1 @@
+"""Offline tools around runs: comparison plots, ablation series, the difficulty filter."""
