@@ -67,12 +67,16 @@ class GenerationActorImpl:
     """The actor's body; wrapped with @ray.remote by `actors.factory`."""
 
     def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir: str, cfg: ActorConfig, *,
-                 group_size: int, reward_scorer=None, transport=None, buffer_cfg=None):
+                 group_size: int, reward_scorer=None, transport=None, buffer_cfg=None, log_dir: str | None = None):
+        """``log_dir``: where the engine logs (``<run>/logs``; None: this process's stdout)."""
         from actors.engine import build_llm
         from actors.transport import make_transport
         from buffer import RunBuffer
 
         self.actor_id, self.cfg = actor_id, cfg
+        if log_dir is not None:
+            from actors.engine_logs import route_engine_logs
+            route_engine_logs(log_dir, actor_id, model_dir)      # before vLLM is imported here
         # buffer_cfg: the run's BufferConfig (None = defaults), e.g. its reclaim_idle_ms / backpressure
         self.buffer = RunBuffer.from_url(redis_url, run_id, buffer_cfg)
         self.eval_buffer = RunBuffer.from_url(redis_url, eval_run_id(run_id), buffer_cfg)

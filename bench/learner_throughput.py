@@ -46,12 +46,13 @@ def parse() -> argparse.Namespace:
 
 def model_dir(args: argparse.Namespace, tmp: str) -> tuple[str, int]:
     if not args.hidden:
-        from launch.tiny.build import ensure_tiny_world
         import json
+
+        from launch.tiny.build import ensure_tiny_world
         d = ensure_tiny_world().model_dir
         return str(d), json.loads((d / "config.json").read_text())["vocab_size"]
-    from transformers import Qwen2Config, Qwen2ForCausalLM
     import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
     heads = max(1, args.hidden // 64)
     cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
@@ -78,8 +79,8 @@ def main() -> None:
     deepspeed.init_distributed(dist_backend="nccl" if args.device == "cuda" else "gloo", auto_mpi_discovery=False,
                                verbose=False)
     from learner.batching import Row, collate, plan_update
-    from learner.engine import RankEngine, _load_hf_model
     from learner.config import BatchConfig
+    from learner.engine import RankEngine, _load_hf_model
     from learner.trainer_config import LearnerConfig
 
     tmp = tempfile.mkdtemp(prefix="lagrl-bench-")

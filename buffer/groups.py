@@ -20,13 +20,13 @@ import time
 
 import redis
 
+from buffer.codec import decode_group, group_frame_parts
 from buffer.config import BufferConfig
 from buffer.deadletter import DeadLetterLog
 from buffer.keys import PROMPT_READERS, RunKeys
+from buffer.messages import Group
 from buffer.prompts import PromptChannel
 from buffer.queue import Entry, StreamQueue
-from buffer.codec import decode_group, group_frame_parts
-from buffer.messages import Group
 from buffer.scripts import Scripts
 from buffer.wire import Parts
 

@@ -20,11 +20,11 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
+from buffer.codec import decode_group
+from buffer.connection import connect
 from buffer.deadletter import decode_entry
 from buffer.keys import PAYLOAD, RunKeys, run_id_of
-from buffer.codec import decode_group
 from buffer.messages import Group, InvalidMessage
-from buffer.connection import connect
 from buffer.streams import read_counts
 from buffer.telemetry import decode_heartbeats, decode_meta, decode_metrics_entry
 from buffer.versions import lag_histogram

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import redis
 
+from buffer.codec import decode_prompt, encode_prompt
 from buffer.config import BufferConfig
 from buffer.deadletter import DeadLetterLog
 from buffer.keys import PAYLOAD, RunKeys
-from buffer.queue import StreamQueue
-from buffer.codec import decode_prompt, encode_prompt
 from buffer.messages import InvalidMessage, PromptMsg
+from buffer.queue import StreamQueue
 from buffer.scripts import Scripts
 
 

@@ -327,4 +327,52 @@ class EmbeddedRedis:
             pass
 
 
-__all__ = ["EmbeddedRedis", "find_redis_server", "open_buffer_server", "write_private"]
+class RunDirServer:
+    """The Redis of one run directory, for a reader (the notebook, the audit) after or during the run.
+
+    :func:`open_run_dir` attaches to the run's live embedded server, or starts it again from its
+    AOF when the run has finished (then it is ours: :meth:`close` stops it), or uses the external
+    server the run recorded. ``how`` says which, in words.
+    """
+
+    def __init__(self, url: str, how: str, server: EmbeddedRedis | None = None):
+        self.url, self.how, self._server = url, how, server
+
+    @property
+    def started_here(self) -> bool:
+        return self._server is not None
+
+    def close(self) -> str:
+        if self._server is None:
+            return "left the run's Redis as it was"
+        self._server.stop()
+        self._server = None
+        return "stopped the redis-server started for this finished run"
+
+    def __enter__(self) -> RunDirServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_run_dir(run_dir: Path | str) -> RunDirServer:
+    """The Redis of the run written to ``run_dir`` (see :class:`RunDirServer`)."""
+    run_dir = Path(run_dir)
+    if (run_dir / REDIS_JSON).exists():
+        server = EmbeddedRedis(run_dir, stop_at_exit=False).start()    # adopts a live one
+        if server.attached:   # the driver's: never stopped from here
+            return RunDirServer(server.url, f"attached to the run's live redis-server (pid {server.pid})")
+        opened = RunDirServer(server.url, f"started the finished run's redis-server from its AOF in "
+                                          f"{server.data_dir} (pid {server.pid}); close() stops it", server)
+        atexit.register(opened.close)      # a reader that dies early still stops it
+        return opened
+    url_file = run_dir / "redis_url.txt"
+    if url_file.exists():
+        return RunDirServer(url_file.read_text().strip(), "using the external Redis the run recorded")
+    raise FileNotFoundError(f"{run_dir} is not a run directory: no {REDIS_JSON} (embedded Redis) and no "
+                            f"redis_url.txt (external Redis)")
+
+
+__all__ = ["EmbeddedRedis", "RunDirServer", "find_redis_server", "open_buffer_server", "open_run_dir",
+           "write_private"]

@@ -20,13 +20,13 @@ import threading
 import redis
 
 from buffer.config import BufferConfig
+from buffer.connection import connect
 from buffer.deadletter import DeadLetterLog
 from buffer.groups import GroupChannel
 from buffer.keys import RunKeys
-from buffer.prompts import PromptChannel
 from buffer.messages import Group, PromptMsg
+from buffer.prompts import PromptChannel
 from buffer.scripts import Scripts
-from buffer.connection import connect
 from buffer.telemetry import Telemetry
 from buffer.versions import VersionStore
 

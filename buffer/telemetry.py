@@ -13,9 +13,9 @@ from typing import Any
 import msgpack
 import redis
 
+from buffer.codec import decode_map, encode_map
 from buffer.config import BufferConfig
 from buffer.keys import PAYLOAD, RunKeys
-from buffer.codec import decode_map, encode_map
 from buffer.messages import InvalidMessage
 
 

@@ -18,8 +18,8 @@ import numpy as np
 import redis
 
 from buffer.keys import RunKeys
-from buffer.queue import MAX_BLOCK_MS
 from buffer.messages import Group
+from buffer.queue import MAX_BLOCK_MS
 from buffer.scripts import Scripts
 
 VERSION_HISTORY_MAXLEN = 100_000

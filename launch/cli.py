@@ -18,6 +18,7 @@ Environment: RAY_ADDRESS (join a cluster; set by `ray job submit`), REDIS_URL (e
 
 
 def build_config(argv: list[str], default_preset: str):
+    from launch.install_check import require_own_packages
     from launch.overrides import ConfigError, apply_overrides, split_overrides
     from launch.presets import PRESETS, get_preset, scale_to_tiny
 
@@ -28,6 +29,7 @@ def build_config(argv: list[str], default_preset: str):
     ap.add_argument("--tiny", action="store_true", help="scale to the tiny CPU world (same ratios)")
     ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args, rest = ap.parse_known_args(argv)
+    require_own_packages()
     try:
         cfg = get_preset(args.preset)
         if args.tiny:

@@ -60,7 +60,8 @@ class LagReport:
                          self.straddled + other.straddled)
 
     def metrics(self) -> dict:
-        """The ``lag/*`` metrics of a step; histogram keys are strings (msgpack and JSON maps)."""
+        """The ``lag/*`` metrics of a step. Histogram keys are strings, so a row reads the same from the
+        buffer and from ``metrics.jsonl`` (JSON object keys are always strings)."""
         return {"lag/hist": {str(k): int(n) for k, n in sorted(self.sample_hist.items())},
                 "lag/token_hist": {str(k): int(n) for k, n in sorted(self.token_hist.items())},
                 "lag/mean": self.mean, "lag/token_mean": self.token_mean, "lag/max": float(self.max),

@@ -12,6 +12,7 @@ import numpy as np
 
 from buffer.messages import Group
 
+
 def rollout_stats(groups: Sequence[Group], present: Sequence[np.ndarray]) -> dict[str, float]:
     """Reward, accuracy, length and truncation over the responses read this step (not stale).
 

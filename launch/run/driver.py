@@ -113,7 +113,7 @@ def run(cfg: RunConfig) -> RunResult:
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
         actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, group_size=cfg.group_size,
-                                          reward_scorer=pool, buffer_cfg=cfg.buffer)
+                                          reward_scorer=pool, buffer_cfg=cfg.buffer, log_dir=str(run_path / "logs"))
         loops = start_loops(actors)
         feeder = PromptFeeder(buffer, problems, renderer, batch=cfg.learner.batch, max_lag=cfg.learner.max_lag,
                               group_size=cfg.group_size, temperature=cfg.temperature,

@@ -64,8 +64,8 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     import matplotlib
 
     matplotlib.use("Agg")
-    from launch.tools import compare
     from launch.run.driver import _init_ray, run
+    from launch.tools import compare
 
     _init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
     frames, report = {}, {"presets": presets, "out": str(out), "runs": []}

@@ -337,16 +337,6 @@ def write_compare(frames: dict[str, pd.DataFrame], out_dir: str | Path) -> tuple
     return png, csv
 
 
-def resolve_url(redis_url: str | None, run_dir: str | Path | None = None) -> str:
-    """``redis_url``, or the embedded server's URL recorded in ``<run_dir>/redis.json``."""
-    if run_dir:
-        rec = json.loads((Path(run_dir) / "redis.json").read_text())
-        return f"redis://:{rec['password']}@{rec.get('host', '127.0.0.1')}:{rec['port']}/0"
-    if not redis_url:
-        raise ValueError("no Redis URL: set REDIS_URL (LAGRL_REDIS_URL) or RUN_DIR")
-    return redis_url
-
-
 def newest_run(url: str) -> str:
     """The run on the server that was written to last (newest metrics/groups/prompts entry id)."""
     from buffer.keys import RunKeys

@@ -91,10 +91,10 @@ def read_records(path: str | Path, prompt_key: str, answer_key: str) -> list[dic
 def build_engine(model_dir: str, *, n: int, max_model_len: int, batch_prompts: int, dtype: str, seed: int,
                  cpu_kv_cache_gib: int, tensor_parallel_size: int):
     """A vLLM engine with the actors' settings (``actors.engine.build_llm``); GPU when torch sees one."""
+    import torch
+
     from actors.config import ActorConfig
     from actors.engine import build_llm, set_engine_env
-
-    import torch
 
     gpus = 1.0 if torch.cuda.is_available() else 0.0
     cfg = ActorConfig(num_actors=1, max_model_len=max_model_len, max_prompts_in_flight=batch_prompts, num_gpus=gpus,

@@ -6,9 +6,9 @@ import pytest
 
 from buffer import BufferConfig, RunBuffer
 from buffer.audit import audit
+from buffer.codec import encode_group, encode_prompt
 from buffer.keys import PAYLOAD
 from tests.samples import make_group, make_prompt, tamper
-from buffer.codec import encode_group, encode_prompt
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ def buf(redis_server, run_id):
 
 
 def test_books_balance_through_every_outcome(buf):
-    ids = buf.put_prompts([make_prompt(f"p{i}", seed=i) for i in range(8)])
+    buf.put_prompts([make_prompt(f"p{i}", seed=i) for i in range(8)])
     buf.client.xadd(buf.keys.prompts, {PAYLOAD: tamper(encode_prompt(make_prompt("bad")), schema=99)})
     taken = buf.take_prompts("actor-0", 9, block_ms=0)              # the bad one is dead-lettered here
     assert len(taken) == 8

@@ -19,8 +19,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from buffer import BufferConfig, RunBuffer, connect, open_buffer_server
-from tests.samples import make_group, make_prompt
 from buffer.server import REDIS_JSON, EmbeddedRedis, find_redis_server
+from tests.samples import make_group, make_prompt
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

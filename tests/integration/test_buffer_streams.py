@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from buffer import BackpressureTimeout, BufferConfig, RunBuffer
+from buffer.codec import encode_group, encode_prompt, pack_logprobs
 from buffer.keys import FRESH, PAYLOAD
 from tests.samples import make_group, make_prompt, tamper, tamper_response
-from buffer.codec import encode_group, encode_prompt, pack_logprobs
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,11 +23,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.processes import wait_until
+from tests.integration.processes import DriverProcess
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 RECLAIM_MS = 4000          # a dead actor's prompts are reclaimed after this idle time (default 60 s)
 # counters that only ever grow (the gauge groups_unconsumed may fall)
 MONOTONE = ("prompts_issued", "prompts_deadlettered", "groups_written", "groups_consumed", "groups_deadlettered",
@@ -37,54 +34,33 @@ MONOTONE = ("prompts_issued", "prompts_deadlettered", "groups_written", "groups_
             "groups_stale", "groups_already_trained", "groups_evaluated", "deadlettered")
 
 
-class DriverRun:
+class DriverRun(DriverProcess):
     """The driver as a subprocess (its own session, its own local Ray), watched through the buffer."""
 
     def __init__(self, tmp_path: Path, redis_url: str, run_id: str, args: list[str]):
         from buffer import RunKeys, connect
 
-        self.run_id, self.keys = run_id, RunKeys(run_id)
-        self.run_path = tmp_path / "runs" / run_id
-        self.log_path = tmp_path / f"{run_id}.log"
+        self.keys = RunKeys(run_id)
         self.client = connect(redis_url)
-        env = {**os.environ, "REDIS_URL": redis_url, "RAY_DEDUP_LOGS": "0", "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "REDIS_URL": redis_url, "RAY_DEDUP_LOGS": "0"}
         env.pop("RAY_ADDRESS", None)
-        cmd = [sys.executable, str(REPO / "launch" / "offpolicy_reuse4.py"), "--tiny", "--run_dir",
-               str(tmp_path / "runs"), "--run_id", run_id, "--actors.num_actors", "2",
-               "--buffer.reclaim_idle_ms", str(RECLAIM_MS),
-               "--data.eval_n", "1", "--data.eval_max_problems", "4", "--data.eval_every", "0", *args]
         self.started = time.monotonic()
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-
-    def log_tail(self, n: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-n:]
+        super().__init__("offpolicy_reuse4.py", run_dir=tmp_path / "runs", run_id=run_id, env=env,
+                         log_path=tmp_path / f"{run_id}.log", args=[
+                             "--tiny", "--actors.num_actors", "2", "--buffer.reclaim_idle_ms", str(RECLAIM_MS),
+                             "--data.eval_n", "1", "--data.eval_max_problems", "4", "--data.eval_every", "0", *args])
 
     def steps_done(self) -> int:
         return int(self.client.xlen(self.keys.metrics))
 
-    def wait_for(self, condition, what: str, timeout_s: float = 300.0):
-        return wait_until(condition, what, timeout_s, self.proc, self.log_tail)
+    def wait_for(self, condition, what: str, timeout_s: float = 300.0, poll_s: float = 0.2):
+        return super().wait_for(condition, what, timeout_s, poll_s)
 
     def finish(self, timeout_s: float = 300.0) -> dict:
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"driver still running after {timeout_s:.0f}s:\n{self.log_tail()}")
-        assert rc == 0, f"driver exited {rc}:\n{self.log_tail()}"
-        return json.loads((self.run_path / "summary.json").read_text())
+        return super().finish(timeout_s)
 
-    def close(self) -> None:
-        """Teardown: a driver still running gets SIGTERM (clean stop), then its session SIGKILL."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(90)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
-        self._log.close()
+    def close(self, grace_s: float = 90.0) -> None:
+        super().close(grace_s)
         self.client.close()
 
     # ---- generation actors

@@ -39,7 +39,7 @@ import psutil
 import pytest
 
 from rewards.workers import RewardPool
-from tests.integration.processes import wait_until
+from tests.integration.processes import DriverProcess
 
 pytestmark = pytest.mark.integration
 
@@ -83,38 +83,12 @@ def _stop_run_redis(run_path: Path) -> None:
         server.start().stop(timeout_s=20)     # adopts the live server, then a clean shutdown
 
 
-class _Driver:
-    """`launch/onpolicy.py --tiny` as a subprocess in its own session, joined to the test's Ray head."""
-
-    def __init__(self, tmp_path: Path, ray_address: str, env: dict, run_id: str, args: list[str], tag: str):
-        self.log_path = tmp_path / f"driver-{tag}.log"
-        self.run_path = tmp_path / "runs" / run_id
-        cmd = [sys.executable, str(REPO / "launch" / "onpolicy.py"), "--tiny", "--run_dir", str(tmp_path / "runs"),
-               "--run_id", run_id, *args]
-        env = {**env, "RAY_ADDRESS": ray_address, "PYTHONUNBUFFERED": "1"}
-        env.pop("REDIS_URL", None)
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, condition, what: str, timeout_s: float):
-        return wait_until(condition, what, timeout_s, self.proc, lambda: self.log()[-5000:], poll_s=0.1)
-
-    def finish(self, timeout_s: float) -> None:
-        try:
-            rc = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"driver still running after {timeout_s:.0f}s:\n{self.log()[-5000:]}")
-        assert rc == 0, f"driver exited {rc}:\n{self.log()[-5000:]}"
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self._log.close()
+def _driver(tmp_path: Path, ray_address: str, env: dict, run_id: str, args: list[str], tag: str) -> DriverProcess:
+    """`launch/onpolicy.py --tiny` joined to the test's Ray head, with its own embedded Redis."""
+    env = {**env, "RAY_ADDRESS": ray_address}
+    env.pop("REDIS_URL", None)
+    return DriverProcess("onpolicy.py", run_dir=tmp_path / "runs", run_id=run_id, args=["--tiny", *args], env=env,
+                         log_path=tmp_path / f"driver-{tag}.log")
 
 
 # ----------------------------------------------------------------------------- 1. learner death
@@ -127,7 +101,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
     args = ["--steps", str(steps), "--learner.checkpoint_every", str(every), "--data.eval_n", "1",
             "--data.eval_max_problems", "4", "--buffer.reclaim_idle_ms", "5000"]
     t0 = time.monotonic()
-    first = _Driver(tmp_path, address, env, run_id, args, "first")
+    first = _driver(tmp_path, address, env, run_id, args, "first")
     run_path = first.run_path
     try:
         # a checkpoint exists (after step index every-1) and the step after it is done: step `every`
@@ -136,8 +110,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
                        f"step {every} to finish", timeout_s=400)
         latest = ckpt_io.latest_checkpoint(run_path)
         assert latest is not None and latest.name == f"step_{every:06d}", latest
-        os.killpg(first.proc.pid, signal.SIGKILL)
-        first.proc.wait(30)
+        first.kill()
     finally:
         first.close()
     killed_at = time.monotonic() - t0
@@ -150,7 +123,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
     print(f"[audit at kill] {at_kill.line()}")
 
     try:
-        second = _Driver(tmp_path, address, env, run_id, args, "second")
+        second = _driver(tmp_path, address, env, run_id, args, "second")
         try:
             second.finish(timeout_s=400)
         finally:
@@ -173,7 +146,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
         assert [m["version"] for m in after] == list(range(every + 1, steps + 1))   # on-policy: 1 update/step
         assert all(m["lag/max"] == 0 for m in after)
         summary = json.loads((run_path / "summary.json").read_text())
-        assert summary["steps"] == steps - every
+        assert summary["steps"] == summary["steps_total"] == steps     # the whole run, both incarnations
         final = ckpt_io.read_learner_state(ckpt_io.latest_checkpoint(run_path))
         assert (final.step, final.version) == (steps, steps)
 
@@ -202,8 +175,8 @@ class RaisingRewardPool(RewardPool):
 
 def _bad_groups(max_bytes: int) -> dict[str, bytes]:
     """Payloads XADDed by hand to `groups`, by the dead-letter reason each must get."""
-    from tests.samples import make_group, tamper, tamper_response
     from buffer.codec import encode_group
+    from tests.samples import make_group, tamper, tamper_response
 
     good = encode_group(make_group("fault-good", n=4, tokens=8))
     nan = np.full(8, np.nan, dtype="<f4")
@@ -221,13 +194,14 @@ def _bad_groups(max_bytes: int) -> dict[str, bytes]:
 
 
 def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local, tmp_path, tiny_world, monkeypatch):
+    from transformers import AutoTokenizer
+
     import rewards.workers
     from buffer import RunBuffer, connect
     from launch.cli import build_config
     from launch.run.data import PromptRenderer
     from launch.run.driver import run
     from launch.tiny.task import PROMPT_TEMPLATE
-    from transformers import AutoTokenizer
 
     monkeypatch.setattr(rewards.workers, "RewardPool", RaisingRewardPool)
     max_bytes, steps, run_id = 64 << 10, 4, "bad-input"
@@ -362,8 +336,8 @@ def _check_redis_exposure(run_path: Path, url: str) -> None:
 
 
 def _all_groups(client, run_id: str):
-    from buffer.keys import RunKeys
     from buffer.codec import decode_group
+    from buffer.keys import RunKeys
     from buffer.messages import InvalidMessage
 
     for eid, fields in client.xrange(RunKeys(run_id).groups):

@@ -7,10 +7,10 @@ import time
 import pytest
 
 from buffer import RunBuffer
-from tests.samples import make_group
-from launch.run.data import PromptRenderer, Problem
+from launch.run.data import Problem, PromptRenderer
 from launch.run.feeder import PromptFeeder
 from learner.config import BatchConfig
+from tests.samples import make_group
 
 pytestmark = pytest.mark.integration
 D_R = 8

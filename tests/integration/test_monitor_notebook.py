@@ -171,6 +171,35 @@ def test_monitor_notebook_bare_run(tmp_path: Path, kernel_env: str):
     assert "is not on this machine; showing token ids" in text
 
 
+def test_monitor_notebook_on_a_finished_run_dir(tmp_path: Path, kernel_env: str):
+    """LAGRL_RUN_DIR of a finished run, no server running: the notebook starts the run's redis-server
+    from its AOF, says so, and stops it at the end; a live server is attached to and left running."""
+    import psutil
+
+    run_dir = tmp_path / "run"
+    rng = np.random.default_rng(2)
+    with EmbeddedRedis(run_dir, appendfsync="always") as server:
+        with RunBuffer.from_url(server.url, RUN_ID) as buf:
+            for step in range(5):
+                buf.write_metrics(_metrics_row(step, rng))
+        first_pid = server.pid
+    assert not psutil.pid_exists(first_pid)                           # the run is over
+
+    nb, summary = run_notebook(kernel_env, {"LAGRL_RUN_DIR": str(run_dir)})
+    assert summary["run_id"] == RUN_ID and summary["rows"] == 5 and summary["entropy"] == 10
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
+    assert "started the finished run's redis-server from its AOF" in text, text[:2000]
+    assert "stopped the redis-server started for this finished run" in text
+    restarted = json.loads((run_dir / "redis.json").read_text())
+    assert restarted["pid"] is None                                   # stopped cleanly, pid cleared
+
+    with EmbeddedRedis(run_dir, appendfsync="no") as live:            # a run still training
+        nb, summary = run_notebook(kernel_env, {"LAGRL_RUN_DIR": str(run_dir)})
+        text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
+        assert f"attached to the run's live redis-server (pid {live.pid})" in text
+        assert summary["rows"] == 5 and live.ping()                   # left running for its driver
+
+
 def test_compare_cli_from_redis(tmp_path: Path, capsys: pytest.CaptureFixture):
     """``python -m launch.tools.compare --redis-url URL --runs A B``: labels carry the preset from meta."""
     import csv
@@ -179,7 +208,6 @@ def test_compare_cli_from_redis(tmp_path: Path, capsys: pytest.CaptureFixture):
 
     rng = np.random.default_rng(1)
     with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:
-        assert compare.resolve_url(None, tmp_path / "run") == server.url      # from redis.json
         for run_id, preset, steps in (("run-a", "onpolicy", 6), ("run-b", "offpolicy_reuse4", 4)):
             with RunBuffer.from_url(server.url, run_id) as buf:
                 buf.set_meta(preset=preset)

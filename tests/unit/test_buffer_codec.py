@@ -6,11 +6,18 @@ import msgpack
 import numpy as np
 import pytest
 
-from tests.samples import encode_group_v1, make_group, make_prompt, tamper, tamper_response
 from buffer.codec import (
-    decode_group, decode_map, decode_prompt, encode_group, encode_map, encode_prompt, pack_logprobs, pack_tokens,
+    decode_group,
+    decode_map,
+    decode_prompt,
+    encode_group,
+    encode_map,
+    encode_prompt,
+    pack_logprobs,
+    pack_tokens,
 )
 from buffer.messages import InvalidMessage
+from tests.samples import encode_group_v1, make_group, make_prompt, tamper, tamper_response
 
 
 def test_group_round_trip_is_bit_exact():

@@ -8,9 +8,9 @@ from pydantic import ValidationError
 
 from buffer.config import BufferConfig
 from buffer.keys import RunKeys, run_id_of
-from tests.samples import make_group
 from buffer.scripts import id_key, id_score
 from buffer.versions import group_lags, lag_histogram, learner_step_at, min_version_for_step, newest_admissible_step
+from tests.samples import make_group
 
 
 def test_strict_on_policy_needs_exactly_the_steps_version():

@@ -4,8 +4,15 @@ import numpy as np
 import pytest
 
 from buffer.messages import Group, Response
-from learner.batching import (Row, assign_to_ranks, collate, plan_update, rows_from_groups, scatter_row_values,
-                              split_micro_batches)
+from learner.batching import (
+    Row,
+    assign_to_ranks,
+    collate,
+    plan_update,
+    rows_from_groups,
+    scatter_row_values,
+    split_micro_batches,
+)
 
 
 def _row(p, r, adv=1.0, v=0, gi=0):

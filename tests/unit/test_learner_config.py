@@ -4,7 +4,12 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from learner.config import (
-    AdaptiveEntropy, AdvantageConfig, BatchConfig, FixedEntropy, NoEntropy, PolicyLossConfig,
+    AdaptiveEntropy,
+    AdvantageConfig,
+    BatchConfig,
+    FixedEntropy,
+    NoEntropy,
+    PolicyLossConfig,
 )
 
 MODELS = [AdvantageConfig, PolicyLossConfig, AdaptiveEntropy, FixedEntropy, NoEntropy, BatchConfig]

@@ -7,7 +7,10 @@ from pydantic import TypeAdapter
 
 from learner.config import AdaptiveEntropy, EntropyConfig, FixedEntropy, NoEntropy
 from learner.entropy_control import (
-    AdaptiveEntropyControl, FixedEntropyControl, NoEntropyControl, build_entropy_controller,
+    AdaptiveEntropyControl,
+    FixedEntropyControl,
+    NoEntropyControl,
+    build_entropy_controller,
 )
 
 ENTROPIES = [0.30, 0.15, 0.10, 0.12, 0.18, 0.25, 0.20, 0.19]

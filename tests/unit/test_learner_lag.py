@@ -19,7 +19,7 @@ def test_lag_report_hand_computed():
     m = r.metrics()
     assert m["lag/mean"] == 1.25 and m["lag/token_mean"] == pytest.approx(13 / 21) and m["lag/max"] == 3
     assert m["lag/straddled"] == 2 and m["lag/samples"] == 4 and m["lag/tokens"] == 21
-    # histograms with string keys: the row goes through msgpack and JSON
+    # histograms with string keys: the row reads the same back from metrics.jsonl
     assert m["lag/hist"] == {"0": 1, "1": 2, "3": 1} and m["lag/token_hist"] == {"0": 10, "1": 10, "3": 1}
 
 

@@ -7,7 +7,11 @@ import torch
 
 from learner.config import PolicyLossConfig
 from learner.loss import (
-    PolicyLossInputs, count_tokens, deepspeed_loss_scale, k3_kl, policy_loss,
+    PolicyLossInputs,
+    count_tokens,
+    deepspeed_loss_scale,
+    k3_kl,
+    policy_loss,
 )
 
 
