@@ -143,6 +143,31 @@ def test_weight_update_changes_generations_and_version(actor_run, redis_url, tok
             _assert_logprobs_match(hf_model, g)     # ... and not by the old ones
 
 
+def test_tied_lm_head_follows_the_new_embedding(actor_run, redis_url, tok, hf_model, tiny_world):
+    """Only the (tied) embedding changes: the engine's output layer must use the new one too. vLLM's
+    reload says 'ParallelLMHead: Failed to load weights' here (nothing named lm_head is sent); the
+    log-probs prove the head reads the reloaded embedding (actors/engine_logs.py drops that warning)."""
+    from transformers import AutoModelForCausalLM
+
+    run_id, actor, transport = actor_run
+    buf = _buffer(redis_url, run_id)
+    current, _ = buf.get_version()
+    updated = AutoModelForCausalLM.from_pretrained(tiny_world.model_dir).eval()
+    assert updated.config.tie_word_embeddings and updated.lm_head.weight is updated.model.embed_tokens.weight
+    torch.manual_seed(1)
+    with torch.no_grad():
+        updated.model.embed_tokens.weight.mul_(1.5).add_(0.02 * torch.randn_like(updated.model.embed_tokens.weight))
+    sent = dict(updated.named_parameters())
+    assert "lm_head.weight" not in sent                       # tied: the head is not sent on its own
+    buf.publish_version(current + 1, transport.publish(sent.items(), version=current + 1))
+    buf.put_prompts(_prompts(tok, f"{run_id}-tied", [(8, 9), (40, 2)], step=current + 1, min_version=current + 1))
+    for g in _collect(buf, 2):
+        assert all(r.version_start == current + 1 for r in g.responses)
+        _assert_logprobs_match(updated, g)                    # input embedding and output head both new
+        with pytest.raises(AssertionError):
+            _assert_logprobs_match(hf_model, g)
+
+
 def test_on_policy_admission_waits_for_the_version(actor_run, redis_url, tok, hf_model):
     run_id, actor, transport = actor_run
     buf = _buffer(redis_url, run_id)

@@ -2,7 +2,8 @@
 
 - strict on-policy, submitted with `ray job submit` to a local Ray head bound to 127.0.0.1:
   the job succeeds, every trained token has lag 0, held-out accuracy rises above the warm-up's;
-  then the monitoring notebook runs against that finished run;
+  its console is what a user reads (one line per step, the end-of-run summary, no engine noise);
+  then the monitoring notebook runs against that finished run directory, no server running;
 - off-policy reuse-4 (16 updates per step), run in-process: lag > 0 is observed and bounded,
   clip-higher is in force, and accuracy rises too.
 """
@@ -51,17 +52,32 @@ def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel
     run_path = run_dir / run_id
     summary = json.loads((run_path / "summary.json").read_text())
     metrics = _metrics(run_path)
-    assert len(metrics) == summary["steps"] > 0
+    assert len(metrics) == summary["steps"] == 60
     assert all(m["mode"] == "on_policy" and m["lag/max"] == 0 for m in metrics)
     assert all(m["updates"] == 1 for m in metrics)
     _assert_accuracy_rose(summary)
+    _assert_console_reads_well(job.stdout, summary, run_path)
 
-    # the monitoring notebook, attached to the finished run (its Redis restarted from the AOF)
-    from buffer import EmbeddedRedis
-    with EmbeddedRedis.attach_or_start(run_path) as redis:
-        nb, plotted = run_notebook(kernel_env, {"LAGRL_REDIS_URL": redis.url, "LAGRL_RUN_ID": run_id})
-    assert plotted["rows"] >= len(metrics) and plotted["entropy"] > 0 and plotted["reward"] > 0, plotted
+    # the monitoring notebook on the finished run directory: it restarts the run's Redis itself
+    nb, plotted = run_notebook(kernel_env, {"LAGRL_RUN_DIR": str(run_path)})
+    assert plotted["run_id"] == run_id and plotted["rows"] >= len(metrics), plotted
+    assert plotted["entropy"] > 0 and plotted["reward"] > 0, plotted
     assert _pngs(nb) == 4
+
+
+def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> None:
+    """One progress line per step, the summary with its fields, engine logs in the run directory."""
+    lines = console.splitlines()
+    assert sum(ln.startswith("[step ") for ln in lines) == summary["steps"], console[-3000:]
+    assert "Failed to load weights" not in console and "Reloading weights inplace" not in console
+    for field in ("accuracy ", "entropy ", "policy lag ", "groups ", "files ", "notebook "):
+        assert any(ln.strip().startswith(field) for ln in lines), (field, console[-3000:])
+    acc = summary["accuracy"]
+    assert f"{acc[0]:.3f} -> {acc[1]:.3f} (avg@{summary['eval_n']} on {summary['eval_problems']} held-out" in console
+    assert summary["entropy"] and summary["lag_max"] == 0 and summary["groups"]["trained"] > 0
+    assert summary["stop_reason"] == "completed" and summary["files"]["metrics.jsonl"].endswith("metrics.jsonl")
+    engine_logs = list((run_path / "logs").glob("lagrl-gen-*.log"))
+    assert engine_logs and "Reloading weights inplace" in engine_logs[0].read_text()
 
 
 def test_offpolicy_reuse4_tiny_in_process(ray_local, tmp_path, tiny_world):
