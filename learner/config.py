@@ -6,7 +6,9 @@ keys (a typo in a preset fails loudly) and validates on assignment.
 
 References: Skywork-OR1 / MAGIC (He et al. 2025, arXiv:2505.22312), DAPO (Yu et al. 2025,
 arXiv:2503.14476), dual-clip PPO (Ye et al. 2020, arXiv:1912.09729), k3 KL estimator
-(Schulman 2020, "Approximating KL divergence").
+(Schulman 2020, "Approximating KL divergence"). Off-policy corrections
+(``PolicyLossConfig.correction``) are documented in ``learner.corrections``; the lag guard's
+rules and thresholds (``GuardConfig``) in ``learner.guard_rules``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,56 @@ class AdvantageConfig(_Config):
         1e-6, gt=0, le=1, description="eps in A = (r - mean) / (std + eps), std with Bessel.")
 
 
+class NoCorrection(_Config):
+    """No behaviour correction: only the PPO clip on rho = pi_theta / pi_old (DESIGN.md §4)."""
+
+    type: Literal["none"] = "none"
+
+
+class TruncatedIS(_Config):
+    """Truncated importance sampling (TIS; Yao et al. 2025, "Your Efficient RL Framework Secretly
+    Brings You Off-Policy RL Training"; verl rollout IS): pg term weighted by min(pi_old/mu, cap)."""
+
+    type: Literal["tis"] = "tis"
+    cap: float = Field(2.0, ge=1, description="C in min(pi_old/mu, C) (verl's rollout_is_threshold "
+                       "default 2.0). Tokens above C keep weight C, so they still train, with bounded variance.")
+
+
+class MaskedIS(_Config):
+    """Token masking (IcePop, Ling Team 2025, Ring-1T report; OpenRLHF 'icepop', prime-rl token
+    masks): tokens whose pi_old/mu leaves [lower, upper] leave the pg numerator (they stay in T)."""
+
+    type: Literal["mask"] = "mask"
+    lower: float = Field(0.5, gt=0, le=1, description="Lower edge of the band (1/C with C = 2, DESIGN.md "
+                         "§12; IcePop uses alpha = 0.5).")
+    upper: float = Field(2.0, ge=1, description="Upper edge of the band (C = 2, DESIGN.md §12; IcePop "
+                         "uses beta = 5, prime-rl's token mask 8).")
+    weight_kept: bool = Field(True, description="Kept tokens carry the weight pi_old/mu (IcePop's "
+                              "M(k) = k in band, OpenRLHF icepop); False: weight 1 (pure rejection, "
+                              "verl's token RS mask without IS).")
+
+    @model_validator(mode="after")
+    def _band(self) -> MaskedIS:
+        if self.lower >= self.upper:
+            raise ValueError(f"need lower < upper, got [{self.lower}, {self.upper}]")
+        return self
+
+
+class DecoupledPPO(_Config):
+    """Decoupled PPO (Hilton et al. 2021, arXiv:2110.00641; AReaL, Fu et al. 2025, arXiv:2505.24298):
+    clip against the recomputed proximal policy, weight by pi_prox/mu (not differentiated)."""
+
+    type: Literal["decoupled"] = "decoupled"
+    cap: float | None = Field(
+        5.0, gt=1, description="Tokens with pi_prox/mu > cap leave the pg numerator (stay in T): "
+        "AReaL's long-standing default (behave_imp_weight_cap = 5, token-mask mode). None = the "
+        "paper's uncapped weight.")
+
+
+CorrectionConfig = Annotated[Union[NoCorrection, TruncatedIS, MaskedIS, DecoupledPPO],
+                             Field(discriminator="type")]
+
+
 class PolicyLossConfig(_Config):
     """Token-level clipped policy loss (MAGIC/DAPO) with optional dual-clip and k3 KL."""
 
@@ -68,6 +120,17 @@ class PolicyLossConfig(_Config):
     logprob_chunk_size: int = Field(
         1024, ge=1, description="Tokens per chunk when computing log-probs and entropies from "
         "(B, L, V) logits; bounds the fp32 (chunk, V) intermediates.")
+    correction: CorrectionConfig = Field(
+        default_factory=NoCorrection, description="Behaviour-policy correction of the pg term: "
+        "'none', 'tis', 'mask' or 'decoupled' (learner.corrections). Any but 'none' needs "
+        "old_logprobs='recompute' (pi_old = pi_prox) and the behaviour log-probs mu in the loss inputs.")
+
+    @model_validator(mode="after")
+    def _correction_needs_recompute(self) -> PolicyLossConfig:
+        if self.correction.type != "none" and self.old_logprobs != "recompute":
+            raise ValueError(f"correction '{self.correction.type}' weights by pi_old/mu: it needs "
+                             "old_logprobs='recompute' (with 'behaviour', pi_old = mu and the weight is 1)")
+        return self
 
 
 class NoEntropy(_Config):
