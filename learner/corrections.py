@@ -113,20 +113,19 @@ def decoupled_weights(log_k: Tensor, mask: Tensor, cfg: DecoupledPPO) -> Correct
 _RULES = {"tis": tis_weights, "mask": mask_weights, "decoupled": decoupled_weights}
 
 
-def correction_weights(
-    old_logprobs: Tensor,         # (B, L) pi_old = pi_prox, recomputed by the learner
-    behaviour_logprobs: Tensor,   # (B, L) mu, from the actors
-    mask: Tensor,                 # (B, L) bool loss mask
-    cfg: CorrectionConfig,
-) -> CorrectionWeights:
-    """Dispatch on ``cfg.type`` (not 'none': the loss skips the multiplication entirely then)."""
+def correction_weights(log_k: Tensor, mask: Tensor, cfg: CorrectionConfig) -> CorrectionWeights:
+    """Dispatch on ``cfg.type`` (not 'none': the loss skips the multiplication entirely then).
+
+    ``log_k`` (B, L) from :func:`behaviour_log_ratio`; ``mask`` (B, L) bool loss mask.
+    """
     if cfg.type not in _RULES:
         raise ValueError(f"no weights for correction type {cfg.type!r}")
-    mask = mask.bool()
-    return _RULES[cfg.type](behaviour_log_ratio(old_logprobs, behaviour_logprobs, mask), mask, cfg)
+    return _RULES[cfg.type](log_k, mask.bool(), cfg)
 
 
-def behaviour_mismatch_metrics(log_k: Tensor, mask: Tensor, total_tokens: int | float | Tensor) -> dict[str, float]:
+def behaviour_mismatch_metrics(
+    log_k: Tensor, mask: Tensor, total_tokens: int | float | Tensor,
+) -> dict[str, float]:
     """mismatch/behaviour_kl_k3 and _k1 between mu and pi_old on loss tokens, each sum / T."""
     with torch.no_grad():
         mask = mask.bool()

@@ -149,8 +149,8 @@ def entropy_slope_rule(history, cfg: GuardConfig, base: Baseline, persist: int |
     slope, limit = least_squares_slope(vals), -cfg.slope_max_drop_frac * base.start_entropy
     if not slope < limit:
         return None
-    return Fired("entropy_slope", {"entropy/slope": slope, ENTROPY_KEY: vals[-1], "entropy/start": base.start_entropy},
-                 {"slope_min": limit, "slope_window": float(cfg.slope_window)},
+    values = {"entropy/slope": slope, ENTROPY_KEY: vals[-1], "entropy/start": base.start_entropy}
+    return Fired("entropy_slope", values, {"slope_min": limit, "slope_window": float(cfg.slope_window)},
                  f"entropy slope {slope:.4g}/step over {len(vals)} steps < {limit:.4g} "
                  f"(-{cfg.slope_max_drop_frac:g} x start {base.start_entropy:.4g})")
 

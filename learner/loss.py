@@ -124,11 +124,13 @@ def policy_loss(
     obj = ppo_clip_objective(ratio, adv, cfg.eps_low, cfg.eps_high)
     if cfg.dual_clip is not None:
         obj = dual_clip_objective(obj, adv, cfg.dual_clip)
-    weights = None
+    log_k = weights = None
+    if inputs.behaviour_logprobs is not None:                            # log pi_old/mu, no grad
+        log_k = behaviour_log_ratio(inputs.old_logprobs, inputs.behaviour_logprobs, mask)
     if cfg.correction.type != "none":
-        if inputs.behaviour_logprobs is None:
+        if log_k is None:
             raise ValueError(f"correction '{cfg.correction.type}' needs inputs.behaviour_logprobs")
-        weights = correction_weights(inputs.old_logprobs, inputs.behaviour_logprobs, mask, cfg.correction)
+        weights = correction_weights(log_k, mask, cfg.correction)
         obj = obj * weights.weight.to(obj.dtype)                         # w_t: no gradient
     pg = -masked_sum(obj, mask) / denom
 
@@ -160,8 +162,7 @@ def policy_loss(
             values.append(((adv < 0) & (ratio > cfg.dual_clip) & mask).sum().to(logp.dtype) / denom)
         metrics = dict(zip(names, torch.stack(values).tolist()))
         metrics |= ratio_stats(logp.detach(), old, adv, mask, cfg.eps_low, cfg.eps_high, denom)
-        if inputs.behaviour_logprobs is not None:
-            log_k = behaviour_log_ratio(inputs.old_logprobs, inputs.behaviour_logprobs, mask)
+        if log_k is not None:
             metrics |= behaviour_mismatch_metrics(log_k, mask, denom)
             if weights is not None:
                 metrics |= correction_metrics(log_k, weights, mask, denom)

@@ -229,8 +229,7 @@ def test_correction_needs_behaviour_logprobs_and_recompute():
     with pytest.raises(ValidationError, match="recompute"):
         cfg.old_logprobs = "behaviour"                                   # validated on assignment
     with pytest.raises(ValueError, match="no weights"):
-        correction_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool),
-                           NoCorrection())
+        correction_weights(torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool), NoCorrection())
 
 
 @pytest.mark.parametrize("model, bad", [
