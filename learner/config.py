@@ -6,7 +6,9 @@ keys (a typo in a preset fails loudly) and validates on assignment.
 
 References: Skywork-OR1 / MAGIC (He et al. 2025, arXiv:2505.22312), DAPO (Yu et al. 2025,
 arXiv:2503.14476), dual-clip PPO (Ye et al. 2020, arXiv:1912.09729), k3 KL estimator
-(Schulman 2020, "Approximating KL divergence").
+(Schulman 2020, "Approximating KL divergence"). Off-policy corrections
+(``PolicyLossConfig.correction``) are documented in ``learner.corrections``; the lag guard's
+rules and thresholds (``GuardConfig``) in ``learner.guard_rules``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,56 @@ class AdvantageConfig(_Config):
         1e-6, gt=0, le=1, description="eps in A = (r - mean) / (std + eps), std with Bessel.")
 
 
+class NoCorrection(_Config):
+    """No behaviour correction: only the PPO clip on rho = pi_theta / pi_old (DESIGN.md §4)."""
+
+    type: Literal["none"] = "none"
+
+
+class TruncatedIS(_Config):
+    """Truncated importance sampling (TIS; Yao et al. 2025, "Your Efficient RL Framework Secretly
+    Brings You Off-Policy RL Training"; verl rollout IS): pg term weighted by min(pi_old/mu, cap)."""
+
+    type: Literal["tis"] = "tis"
+    cap: float = Field(2.0, ge=1, description="C in min(pi_old/mu, C) (verl's rollout_is_threshold "
+                       "default 2.0). Tokens above C keep weight C, so they still train, with bounded variance.")
+
+
+class MaskedIS(_Config):
+    """Token masking (IcePop, Ling Team 2025, Ring-1T report; OpenRLHF 'icepop', prime-rl token
+    masks): tokens whose pi_old/mu leaves [lower, upper] leave the pg numerator (they stay in T)."""
+
+    type: Literal["mask"] = "mask"
+    lower: float = Field(0.5, gt=0, le=1, description="Lower edge of the band (1/C with C = 2, DESIGN.md "
+                         "§12; IcePop uses alpha = 0.5).")
+    upper: float = Field(2.0, ge=1, description="Upper edge of the band (C = 2, DESIGN.md §12; IcePop "
+                         "uses beta = 5, prime-rl's token mask 8).")
+    weight_kept: bool = Field(True, description="Kept tokens carry the weight pi_old/mu (IcePop's "
+                              "M(k) = k in band, OpenRLHF icepop); False: weight 1 (pure rejection, "
+                              "verl's token RS mask without IS).")
+
+    @model_validator(mode="after")
+    def _band(self) -> MaskedIS:
+        if self.lower >= self.upper:
+            raise ValueError(f"need lower < upper, got [{self.lower}, {self.upper}]")
+        return self
+
+
+class DecoupledPPO(_Config):
+    """Decoupled PPO (Hilton et al. 2021, arXiv:2110.00641; AReaL, Fu et al. 2025, arXiv:2505.24298):
+    clip against the recomputed proximal policy, weight by pi_prox/mu (not differentiated)."""
+
+    type: Literal["decoupled"] = "decoupled"
+    cap: float | None = Field(
+        5.0, gt=1, description="Tokens with pi_prox/mu > cap leave the pg numerator (stay in T): "
+        "AReaL's long-standing default (behave_imp_weight_cap = 5, token-mask mode). None = the "
+        "paper's uncapped weight.")
+
+
+CorrectionConfig = Annotated[Union[NoCorrection, TruncatedIS, MaskedIS, DecoupledPPO],
+                             Field(discriminator="type")]
+
+
 class PolicyLossConfig(_Config):
     """Token-level clipped policy loss (MAGIC/DAPO) with optional dual-clip and k3 KL."""
 
@@ -62,6 +114,10 @@ class PolicyLossConfig(_Config):
     logprob_chunk_size: int = Field(
         1024, ge=1, description="Tokens per chunk when computing log-probs and entropies from "
         "(B, L, V) logits; bounds the fp32 (chunk, V) intermediates.")
+    correction: CorrectionConfig = Field(
+        default_factory=NoCorrection, description="Behaviour-policy correction of the pg term: "
+        "'none', 'tis', 'mask' or 'decoupled' (learner.corrections). Any but 'none' needs the "
+        "learner's old_logprobs='recompute' (pi_old = pi_prox) and the behaviour log-probs mu in the loss inputs.")
 
 
 class NoEntropy(_Config):
@@ -135,3 +191,60 @@ class BatchConfig(_Config):
     def n_sgd(self) -> int:
         """Optimizer updates per learner step, (D_R / D_T) * N_reuse."""
         return self.updates_per_pass * self.n_reuse
+
+
+class GuardConfig(_Config):
+    """Lag guard (issue 22): back to strict on-policy when entropy, behaviour mismatch or clipping
+    says off-policy training goes wrong; forward again once they are healthy. Off by default.
+
+    The rules, their exact conditions and why each default is what it is: ``learner.guard_rules``;
+    the state machine (hold, hysteresis, events): ``learner.guard``. A threshold set to None turns
+    its rule off.
+    """
+
+    enabled: bool = Field(False, description="Watch the metrics and switch modes (on in the "
+                          "offpolicy_guarded preset).")
+    entropy_floor: float | None = Field(
+        None, ge=0, description="Absolute floor (nats) on entropy/mean; None = off (the scale depends "
+        "on the model, so the relative floors below are the defaults).")
+    entropy_floor_start_frac: float | None = Field(
+        0.2, gt=0, lt=1, description="Floor = this fraction of the run's starting entropy (the run "
+        "kept under 20% of what it started with: collapsed).")
+    entropy_floor_target_frac: float | None = Field(
+        0.5, gt=0, le=1, description="Floor = this fraction of the adaptive entropy target (0.5 x 0.2 "
+        "= 0.1 nats for Skywork-OR1's target); off when the run has no target.")
+    start_steps: int = Field(3, ge=1, description="Starting entropy = mean entropy/mean of the first "
+                             "this many observed steps.")
+    slope_window: int = Field(20, ge=3, description="Steps in the least-squares entropy slope.")
+    slope_max_drop_frac: float | None = Field(
+        0.01, gt=0, description="Fires when the entropy slope over the window is below -this x the "
+        "starting entropy per step (1%/step: on that trend entropy reaches 0 within 100 steps).")
+    mismatch_kl_max: float | None = Field(
+        0.02, gt=0, description="Fires when the behaviour/learner mismatch KL (k3) exceeds this "
+        "(k3 of a token at the clip edge rho = 1.2 is 0.018; prime-rl's bar for a sound model "
+        "implementation is a mean < 0.015).")
+    mismatch_keys: tuple[str, ...] = Field(
+        ("mismatch/behaviour_kl_k3", "mismatch/kl_k3"), min_length=1, description="Metric read by the "
+        "mismatch rule: the first one present in the step's row (behaviour vs pi_old when the loss "
+        "has the behaviour log-probs, else pi_old = behaviour and mismatch/kl_k3 is that KL).")
+    clip_frac_max: float | None = Field(
+        0.05, gt=0, le=1, description="Fires when the clipped-token fraction exceeds this (LLM GRPO "
+        "runs clip well under 1% of tokens with one update per batch; 5% is a judgment call).")
+    clip_key: Literal["clip/frac", "clip/high_frac", "clip/low_frac"] = Field(
+        "clip/frac", description="Which clip fraction the clip rule reads (learner.lag.ratio_stats).")
+    persist_steps: int = Field(
+        2, ge=1, description="Level rules (entropy floor, mismatch, clip) fire only when their "
+        "condition holds on each of the last this many steps (one noisy step does not switch).")
+    hold_steps: int = Field(20, ge=1, description="On-policy steps after a fallback before a return "
+                            "is considered.")
+    recover_quiet_steps: int = Field(
+        5, ge=1, description="Return to the configured off-policy mode only after this many "
+        "consecutive steps on which no rule's condition holds (even for a single step).")
+
+    @model_validator(mode="after")
+    def _some_rule(self) -> GuardConfig:
+        thresholds = (self.entropy_floor, self.entropy_floor_start_frac, self.entropy_floor_target_frac,
+                      self.slope_max_drop_frac, self.mismatch_kl_max, self.clip_frac_max)
+        if self.enabled and all(t is None for t in thresholds):
+            raise ValueError("guard enabled with every rule off: set at least one threshold")
+        return self

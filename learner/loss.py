@@ -7,7 +7,11 @@ micro-batches, all data-parallel ranks; :func:`count_tokens` + an all-reduce SUM
     obj_t  = min(rho_t A_t, clip(rho_t, 1 - eps_low, 1 + eps_high) A_t)
     obj_t  = max(obj_t, c A_t)          if dual-clip c is set and A_t < 0
     kl_t   = exp(ref_t - logp_t) - (ref_t - logp_t) - 1          (k3)
-    loss   = -(1/T) sum_t obj_t + beta (1/T) sum_t kl_t - alpha (1/T) sum_t H_t
+    loss   = -(1/T) sum_t w_t obj_t + beta (1/T) sum_t kl_t - alpha (1/T) sum_t H_t
+
+w_t = 1 unless ``cfg.correction`` selects a behaviour-policy correction (TIS, IcePop-style
+masking, decoupled PPO; ``learner.corrections``): then w_t is a non-differentiated function of
+pi_old / mu, mu the behaviour log-probs, and tokens it drops (w_t = 0) stay in T.
 
 Every micro-batch contributes sum/T, so the micro-batch losses (and their gradients) add up
 to exactly the full mini-batch loss, whatever the split or padding. Metrics follow the same
@@ -28,6 +32,9 @@ import torch
 from torch import Tensor
 
 from learner.config import PolicyLossConfig
+from learner.corrections import (
+    behaviour_log_ratio, behaviour_mismatch_metrics, correction_metrics, correction_weights,
+)
 from learner.lag import ratio_stats
 
 _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: beyond this a token is garbage; clamp (zero grad) not inf
@@ -41,6 +48,9 @@ class PolicyLossInputs:
     loss_mask: Tensor                   # (B, L) bool: response tokens that count (in T too)
     entropy: Tensor | None = None       # (B, L) H_t with grad; required when alpha > 0
     ref_logprobs: Tensor | None = None  # (B, L) frozen reference log-probs; required when beta > 0
+    # (B, L) behaviour log mu(y_t) from the actors, when old_logprobs holds the learner's recomputed
+    # pi_old: required by a correction; without one it only adds the mismatch/behaviour_* metrics
+    behaviour_logprobs: Tensor | None = None
 
 
 def count_tokens(loss_masks: Tensor | Iterable[Tensor]) -> int:
@@ -114,6 +124,14 @@ def policy_loss(
     obj = ppo_clip_objective(ratio, adv, cfg.eps_low, cfg.eps_high)
     if cfg.dual_clip is not None:
         obj = dual_clip_objective(obj, adv, cfg.dual_clip)
+    log_k = weights = None
+    if inputs.behaviour_logprobs is not None:                            # log pi_old/mu, no grad
+        log_k = behaviour_log_ratio(inputs.old_logprobs, inputs.behaviour_logprobs, mask)
+    if cfg.correction.type != "none":
+        if log_k is None:
+            raise ValueError(f"correction '{cfg.correction.type}' needs inputs.behaviour_logprobs")
+        weights = correction_weights(log_k, mask, cfg.correction)
+        obj = obj * weights.weight.to(obj.dtype)                         # w_t: no gradient
     pg = -masked_sum(obj, mask) / denom
 
     terms = {"loss/pg": pg}
@@ -144,4 +162,8 @@ def policy_loss(
             values.append(((adv < 0) & (ratio > cfg.dual_clip) & mask).sum().to(logp.dtype) / denom)
         metrics = dict(zip(names, torch.stack(values).tolist()))
         metrics |= ratio_stats(logp.detach(), old, adv, mask, cfg.eps_low, cfg.eps_high, denom)
+        if log_k is not None:
+            metrics |= behaviour_mismatch_metrics(log_k, mask, denom)
+            if weights is not None:
+                metrics |= correction_metrics(log_k, weights, mask, denom)
     return loss, metrics

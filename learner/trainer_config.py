@@ -106,6 +106,9 @@ class LearnerConfig(BaseModel):
                 raise ValueError("mode='on_policy' is strict on-policy: " + "; ".join(problems))
         elif self.max_lag < 1:
             raise ValueError("mode='off_policy' needs max_lag >= 1 (use mode='on_policy' for lag 0)")
+        if self.loss.correction.type != "none" and self.old_logprobs != "recompute":
+            raise ValueError(f"loss.correction '{self.loss.correction.type}' weights by pi_old/mu: it needs "
+                             "old_logprobs='recompute' (with 'behaviour', pi_old = mu and the weight is 1)")
         if self.dynamic_sampling and not self.advantage.reject_zero_advantage:
             raise ValueError("dynamic_sampling=True discards zero-advantage groups; it contradicts "
                              "advantage.reject_zero_advantage=False")

@@ -4,15 +4,12 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from learner.config import (
-    AdaptiveEntropy,
-    AdvantageConfig,
-    BatchConfig,
-    FixedEntropy,
-    NoEntropy,
-    PolicyLossConfig,
+    AdaptiveEntropy, AdvantageConfig, BatchConfig, DecoupledPPO, FixedEntropy, GuardConfig, MaskedIS,
+    NoCorrection, NoEntropy, PolicyLossConfig, TruncatedIS,
 )
 
-MODELS = [AdvantageConfig, PolicyLossConfig, AdaptiveEntropy, FixedEntropy, NoEntropy, BatchConfig]
+MODELS = [AdvantageConfig, PolicyLossConfig, AdaptiveEntropy, FixedEntropy, NoEntropy, BatchConfig,
+          NoCorrection, TruncatedIS, MaskedIS, DecoupledPPO, GuardConfig]
 
 
 @pytest.mark.parametrize("model", MODELS)
