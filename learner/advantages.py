@@ -1,4 +1,4 @@
-"""GRPO outcome-reward advantages over groups of responses (DESIGN.md §4).
+"""Outcome-reward advantages over groups of responses: GRPO or RLOO (DESIGN.md §4, §12).
 
 Pipeline (:func:`compute_advantages`), per rollout batch, outside the optimizer loop:
 
@@ -6,7 +6,9 @@ Pipeline (:func:`compute_advantages`), per rollout batch, outside the optimizer 
 2. DAPO soft overlong punishment added to r (if ``overlong_cache`` is set);
 3. truncation mask chooses which responses enter the group statistics and which keep their
    advantage / stay in the loss (``none`` / ``before`` / ``after``; ``overlong_filter``);
-4. A_i = (r_i - mean(r)) / (std(r) + eps) over the statistics set, std unbiased (Bessel);
+4. the estimator over the statistics set (``AdvantageConfig.estimator``): GRPO
+   A_i = (r_i - mean(r)) / (std(r) + eps), std unbiased (Bessel); or RLOO
+   A_i = r_i - mean of the other responses' r (``learner.rloo``);
 5. groups whose kept responses all have A = 0 are zero-advantage groups, rejected if configured.
 
 Tensors are (G, N): G groups of N responses (pad ragged groups and pass ``present``).
@@ -21,6 +23,7 @@ import torch
 from torch import Tensor
 
 from learner.config import AdvantageConfig
+from learner.rloo import leave_one_out
 
 
 @dataclass
@@ -100,6 +103,13 @@ TRUNCATION_MASKS: dict[str, Callable[[Tensor], tuple[Tensor, Tensor]]] = {
     "none": _mask_none, "before": _mask_before, "after": _mask_after,
 }
 
+# One function per estimator: (rewards, stats_mask, cfg) -> (advantages, degenerate); both are
+# exactly 0 on degenerate groups (|S| < 2 or equal rewards), which makes them zero-advantage groups.
+ESTIMATORS: dict[str, Callable[[Tensor, Tensor, AdvantageConfig], tuple[Tensor, Tensor]]] = {
+    "grpo": lambda rewards, stats, cfg: group_normalize(rewards, stats, cfg.std_eps),
+    "rloo": lambda rewards, stats, cfg: leave_one_out(rewards, stats),
+}
+
 
 def compute_advantages(
     raw_rewards: Tensor,            # (G, N) correctness reward in [0, 1]
@@ -112,7 +122,7 @@ def compute_advantages(
     """Shaped rewards -> masked group advantages -> zero-advantage rejection.
 
     r = scale(raw) + R_overlong(|y|);  (S, K) = truncation_mask(truncated);  K &= ~truncated if
-    overlong_filter;  A = group_normalize(r, S & present) * K;  loss_mask = K & present;
+    overlong_filter;  A = estimator(r, S & present) * K;  loss_mask = K & present;
     zero group  <=>  no response with loss_mask and A != 0.  With ``reject_zero_advantage`` a
     zero group is rejected: ``keep_groups`` is False and its loss_mask is cleared, so its tokens
     never count in T even if the caller keeps it in the schedule (without rejection, zero groups
@@ -132,7 +142,7 @@ def compute_advantages(
     if cfg.overlong_filter:
         keep_mask = keep_mask & ~truncated
     loss_mask = keep_mask & present
-    adv, _ = group_normalize(rewards, stats_mask & present, cfg.std_eps)
+    adv, _ = ESTIMATORS[cfg.estimator](rewards, stats_mask & present, cfg)
     adv = adv.masked_fill(~loss_mask, 0.0)
     zero_groups = ~((adv != 0) & loss_mask).any(dim=1)                 # (G,)
     keep_groups = ~zero_groups if cfg.reject_zero_advantage else torch.ones_like(zero_groups)

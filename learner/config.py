@@ -23,8 +23,13 @@ class _Config(BaseModel):
 
 
 class AdvantageConfig(_Config):
-    """GRPO group advantages, truncation masks and DAPO overlong shaping."""
+    """Group advantages (GRPO or RLOO), truncation masks and DAPO overlong shaping."""
 
+    estimator: Literal["grpo", "rloo"] = Field(
+        "grpo", description="'grpo': A = (r - mean) / (std + eps) over the group (Shao et al. 2024); "
+        "'rloo': A_i = r_i - mean of the other responses' rewards, no std (Ahmadian et al. 2024, "
+        "arXiv:2402.14740; Sky-T1-7B's final RL stage). RLOO is not scale-invariant: 'signed' "
+        "rewards double its advantages.")
     reward_scale: Literal["binary", "signed"] = Field(
         "binary", description="Correctness reward r in [0, 1] used as is ('binary', 0/1) or mapped "
         "to 2r - 1 ('signed', ±1). Group normalisation is affine-invariant, so this only matters "
@@ -45,7 +50,7 @@ class AdvantageConfig(_Config):
         True, description="Drop groups whose responses all have zero advantage (all rewards "
         "equal) before the update (Skywork-OR1 rejection sampling, DAPO dynamic sampling).")
     std_eps: float = Field(
-        1e-6, gt=0, le=1, description="eps in A = (r - mean) / (std + eps), std with Bessel.")
+        1e-6, gt=0, le=1, description="eps in A = (r - mean) / (std + eps), std with Bessel (GRPO only).")
 
 
 class NoCorrection(_Config):
@@ -247,4 +252,46 @@ class GuardConfig(_Config):
                       self.slope_max_drop_frac, self.mismatch_kl_max, self.clip_frac_max)
         if self.enabled and all(t is None for t in thresholds):
             raise ValueError("guard enabled with every rule off: set at least one threshold")
+        return self
+
+
+class PrimeConfig(_Config):
+    """PRIME: implicit PRM, RLOO returns of process + outcome rewards, online prompt filter.
+
+    Cui et al. 2025, "Process Reinforcement through Implicit Rewards", arXiv:2502.01456. Defaults
+    are the reference implementation's (PRIME-RL/PRIME ``training/examples/run_prime_main.sh``
+    and its verl port ``recipe/prime/config/prime_trainer.yaml``); see ``learner.prime``.
+    """
+
+    beta: float = Field(
+        0.05, gt=0, description="beta in r_phi(y_t) = beta log(pi_phi / pi_ref) and in the PRM loss "
+        "sigma(beta sum_t log(pi_phi / pi_ref)) (paper and scripts: 0.05).")
+    filter_low: float = Field(
+        0.2, ge=0, le=1, description="Online prompt filter: keep a prompt iff filter_low <= its "
+        "accuracy over the K rollouts <= filter_high (PRIME: [0.2, 0.8]; with K = 4 that drops "
+        "exactly the all-wrong and all-correct prompts, Sky-T1's rule). [0, 1] = off.")
+    filter_high: float = Field(0.8, ge=0, le=1, description="Upper end of the filter band (inclusive).")
+    process_coef: float = Field(
+        5.0, ge=0, description="Weight of the RLOO process-reward term in the token rewards (verl "
+        "recipe reward_dpo_coef = 5). Only the ratio to outcome_coef matters when whitening.")
+    outcome_coef: float = Field(
+        5.0, ge=0, description="Weight of the RLOO outcome-reward term (verl recipe reward_gt_coef = 5).")
+    process_reward_norm: Literal["batch_norm", "none"] = Field(
+        "batch_norm", description="'batch_norm' divides the process rewards of a rollout batch by "
+        "max |sum_{s>=t} r_phi(y_s)| + 1e-6 so no process return exceeds 1 in magnitude "
+        "(reference prime_norm default); 'none' keeps beta log-ratios as they are.")
+    whiten_advantages: bool = Field(
+        True, description="Advantages = returns whitened over every valid token of the rollout batch "
+        "(mean 0, unit Bessel variance), as the reference's masked_whiten; False = raw returns.")
+    prm_lr: float = Field(1e-6, gt=0, description="PRM AdamW learning rate (scripts: 1e-6, no weight decay).")
+    prm_grad_clip: float = Field(10.0, gt=0, description="PRM gradient-norm clip (scripts: 10.0).")
+    rewards_from: Literal["updated_prm", "pre_update_prm"] = Field(
+        "updated_prm", description="Which PRM scores the process rewards of a batch: after its "
+        "update on this batch (verl recipe update=before: a second forward) or the forward of the "
+        "update itself (PRIME run script update=after: one forward, rewards of the old PRM).")
+
+    @model_validator(mode="after")
+    def _band(self) -> PrimeConfig:
+        if self.filter_low > self.filter_high:
+            raise ValueError(f"need filter_low <= filter_high, got {self.filter_low} > {self.filter_high}")
         return self

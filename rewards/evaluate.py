@@ -6,6 +6,8 @@ to lower its variance). pass@k: the unbiased estimator of Chen et al. 2021 (Code
 1 - C(n-c, k) / C(n, k), computed as the product 1 - prod_{i=n-c+1..n} (1 - k/i) so that n = 32, 64
 or 1024 never forms a huge binomial. Correct means reason == "correct" (for code: every test passed).
 Problems may have different n; pass@k needs k <= n for every problem and says so if not.
+A pass@k curve takes k = 1, 2, 4, ... up to n, plus n itself (:func:`curve_ks`), as reported after
+each Sky-T1 stage; with k = n it reads the fraction of problems solved at least once.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prob_all_wrong *= 1.0 - k / i
     return 1.0 - prob_all_wrong
+
+
+def curve_ks(n: int) -> list[int]:
+    """The k of a pass@k curve from n samples: 1, 2, 4, ... <= n, and n when it is not a power of 2."""
+    if n < 1:
+        raise ValueError(f"need n >= 1 samples, got {n}")
+    ks = [1 << i for i in range(n.bit_length()) if 1 << i <= n]
+    return ks if ks[-1] == n else ks + [n]
 
 
 def summarize(correct: Sequence[Sequence[bool]], data_sources: Sequence[str] | None = None,

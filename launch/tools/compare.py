@@ -5,7 +5,10 @@
 
 Writes ``cmp/compare.png`` (entropy/mean, and reward/accuracy with eval accuracy when present, vs
 step; one line per run, labelled ``run_id (preset)``) and ``cmp/compare.csv`` (long format: run,
-step, metric, value; every numeric scalar metric of every row), then prints both paths.
+step, metric, value; every numeric scalar metric of every row), then prints both paths. When the
+evaluation rows carry ``eval/pass@{k}`` it also writes ``cmp/pass_at_k.png`` (one pass@k curve per
+evaluated checkpoint, ``launch.tools.pass_at_k_plot``) and prints its path third. With
+``--metrics-jsonl``, evaluation rows come from ``summary.json`` beside the file when the JSONL has none.
 
 Every ``plot_*`` function draws on a given matplotlib axis, returns the number of points it drew,
 and writes a "no data" note instead of failing when the run has not logged that metric (yet).
@@ -49,6 +52,21 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             if isinstance(row, dict):
                 rows.append(row)
     return rows
+
+
+def read_run_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of ``<run_dir>/metrics.jsonl`` plus, when none of them is an evaluation row, the
+    ``evals`` of ``<run_dir>/summary.json`` (the driver writes evaluation rows to the buffer's
+    metrics stream and to the summary, not to the JSONL)."""
+    path = Path(path)
+    rows = read_jsonl(path)
+    if any(k.startswith("eval/") for row in rows for k in row):
+        return rows
+    try:
+        evals = json.loads((path.parent / "summary.json").read_text()).get("evals") or []
+    except (OSError, ValueError, AttributeError):
+        return rows
+    return rows + [e for e in evals if isinstance(e, dict)]
 
 
 def jsonl_label(path: str | Path) -> str:
@@ -396,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
             label = jsonl_label(path)
             while label in frames:
                 label += "'"
-            frames[label] = metrics_frame(read_jsonl(path))
+            frames[label] = metrics_frame(read_run_rows(path))
     if args.labels:
         if len(args.labels) != len(frames):
             ap.error(f"--labels: {len(args.labels)} labels for {len(frames)} runs")
@@ -407,6 +425,11 @@ def main(argv: list[str] | None = None) -> None:
     png, csv = write_compare(frames, args.out)
     print(png)
     print(csv)
+    from launch.tools.pass_at_k_plot import write_pass_at_k
+
+    curves = write_pass_at_k(frames, args.out)
+    if curves is not None:
+        print(curves)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -9,9 +10,11 @@ import random
 import pytest
 
 from rewards.config import RewardConfig
-from rewards.evaluate import (default_data_dir, evaluate_completions, evaluate_results, load_problems, pass_at_k,
-                              summarize)
+from rewards.evaluate import (curve_ks, default_data_dir, evaluate_completions, evaluate_results, load_problems,
+                              pass_at_k, summarize)
 from rewards.result import RewardResult
+
+T, F = True, False
 
 
 @pytest.mark.parametrize("n,c,k,expected", [
@@ -36,6 +39,35 @@ def test_pass_at_k_matches_exact_binomials():
     assert 0.0 <= pass_at_k(10_000, 3, 5000) <= 1.0  # large n: no overflow
     with pytest.raises(ValueError):
         pass_at_k(4, 5, 1)
+
+
+def test_pass_at_k_against_enumeration():
+    # pass@k = the fraction of the C(n, k) k-subsets of the n samples that hold a correct one.
+    for n in range(1, 9):
+        for c in range(n + 1):
+            samples = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(samples, k))
+                brute = sum(any(s) for s in subsets) / len(subsets)
+                assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12), (n, c, k)
+
+
+@pytest.mark.parametrize("n, ks", [
+    (1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]),
+    (32, [1, 2, 4, 8, 16, 32]), (48, [1, 2, 4, 8, 16, 32, 48]),
+])
+def test_curve_ks(n, ks):
+    assert curve_ks(n) == ks
+
+
+def test_pass_at_k_curve_by_hand():
+    # n = 4; problem A 1 correct, problem B 2 correct.
+    #   k=1: (1/4 + 2/4)/2 = 0.375;  k=2: A 1 - C(3,2)/C(4,2) = 1/2, B 1 - C(2,2)/C(4,2) = 5/6 -> 2/3;
+    #   k=4: both solved at least once -> 1.
+    report = summarize([[T, F, F, F], [T, T, F, F]], ks=curve_ks(4))
+    assert report.pass_at_k == pytest.approx({1: 0.375, 2: 2 / 3, 4: 1.0})
+    with pytest.raises(ValueError):
+        curve_ks(0)
 
 
 def test_load_aime_files():
