@@ -3,7 +3,10 @@
 The console of a run shows the run's own progress (one line per learner step); an engine logs
 a few lines per weight update and dozens at start-up. :func:`route_engine_logs` points vLLM's
 logging (``VLLM_LOGGING_CONFIG_PATH``, so engine subprocesses on GPU follow too) at
-``<run>/logs/<actor>.log``. It must run before vLLM is imported in the process.
+``<run>/logs/<actor>.log``, and :func:`redirect_output` sends everything else the process
+prints (warnings of its libraries, progress bars, C++ messages) to the same file. Both must run
+before vLLM is imported in the process. Errors still reach the driver: exceptions travel back
+through Ray, and an actor's loop errors are in its heartbeat.
 
 Two warnings of vLLM's in-place reload are expected for every update and are dropped there too
 (:class:`ExpectedReloadWarnings`): ``<Layer>: Failed to load weights`` for a layer that has
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
@@ -63,6 +67,18 @@ def engine_logging_config(log_file: Path, tied_embeddings: bool) -> dict:
     }
 
 
+def redirect_output(log_file: Path) -> None:
+    """Point this process's stdout and stderr (the file descriptors, so C/C++ output too) at
+    ``log_file``, appending; Ray then has nothing of this process to forward to the driver."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def route_engine_logs(log_dir: str | Path, name: str, model_dir: str | Path) -> Path:
     """Send this process's (and its engine subprocesses') vLLM logs to ``log_dir/name.log``."""
     log_dir = Path(log_dir)
@@ -72,4 +88,5 @@ def route_engine_logs(log_dir: str | Path, name: str, model_dir: str | Path) -> 
     config.write_text(json.dumps(engine_logging_config(log_file, ties_embeddings(model_dir))))
     os.environ["VLLM_CONFIGURE_LOGGING"] = "1"
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(config)
+    redirect_output(log_file)
     return log_file

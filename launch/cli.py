@@ -40,10 +40,23 @@ def build_config(argv: list[str], default_preset: str):
     return cfg, args.print_config
 
 
+def config_line(cfg) -> str:
+    """The resolved config in one line (all of it: --print-config, and config.json in the run directory)."""
+    b, lc = cfg.learner.batch, cfg.learner
+    stages = " -> ".join(str(s.max_tokens) for s in cfg.data.stages)
+    clip = f"{lc.loss.eps_low:g}/{lc.loss.eps_high:g}"
+    return (f"[config] {cfg.preset}{' (tiny)' if cfg.tiny else ''}: {lc.mode}, D_R {b.rollout_batch} D_T {b.mini_batch} "
+            f"N_reuse {b.n_reuse} (N_SGD {b.n_sgd}), max_lag {lc.max_lag}, gs {cfg.group_size}, tau {cfg.temperature:g}, "
+            f"budget {stages} tokens, clip {clip}, entropy {lc.entropy.type}, lr {lc.lr:g}, {cfg.steps} steps, "
+            f"{cfg.actors.num_actors} actor(s), {lc.num_ranks} learner rank(s); "
+            f"full config: {cfg.path}/config.json")
+
+
 def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> None:
     cfg, print_only = build_config(sys.argv[1:] if argv is None else argv, default_preset)
-    print(cfg.model_dump_json(indent=2), flush=True)
     if print_only:
+        print(cfg.model_dump_json(indent=2), flush=True)
         return
+    print(config_line(cfg), flush=True)
     from launch.run.driver import run
     run(cfg)

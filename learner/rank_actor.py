@@ -44,8 +44,15 @@ class LearnerRank:
 
     def setup(self, cfg: LearnerConfig, model_dir: str, group_size: int, addr: str, port: int, device: str,
               local_rank: int) -> dict[str, Any]:
+        # Quiet by default: a run's console is its progress lines. DS_ACCELERATOR named up front
+        # spares DeepSpeed's "unable to detect an accelerator" warning; model loads and checkpoint
+        # writes show no progress bars.
+        os.environ.setdefault("DS_ACCELERATOR", "cuda" if device == "cuda" else "cpu")
         import deepspeed
         import torch
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
         # LOCAL_SIZE stays unset on purpose: with LOCAL_SIZE == WORLD_SIZE DeepSpeed's CPU backend
         # maps a 69 MB /dev/shm workspace per rank for inference_all_reduce (unused in training)
