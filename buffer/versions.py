@@ -4,15 +4,14 @@ Version v = number of optimizer updates the learner has applied. Only the learne
 together with where the weights of v can be fetched, in one atomic step that refuses to go
 backwards (a stale learner process must not roll the actors back).
 
-Admission (the one home of the formula): a prompt issued for learner step s may start only on
-weights of version ``>= s * updates_per_step - max_lag``. Strict on-policy (updates_per_step=1,
-max_lag=0): the prompt of step s needs exactly the version the learner has when it trains step
-s, so lag is 0.
+Admission: a prompt issued for learner step s may start only on weights of version
+``>= start_version(s) - max_lag`` (:class:`StepClock`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import redis
@@ -25,24 +24,48 @@ from buffer.scripts import Scripts
 VERSION_HISTORY_MAXLEN = 100_000
 
 
-def min_version_for_step(step: int, updates_per_step: int, max_lag: int) -> int:
-    """Version the actor's weights must have to start a prompt of ``step``."""
-    if step < 0 or updates_per_step < 1 or max_lag < 0:
-        raise ValueError(f"step={step} updates_per_step={updates_per_step} max_lag={max_lag}")
-    return max(0, step * updates_per_step - max_lag)
+@dataclass(frozen=True)
+class StepClock:
+    """How policy versions map to learner steps from ``step`` on (the one home of the admission rule).
 
+    Step s >= ``step`` starts at version ``version + (s - step) * updates_per_step``; a prompt
+    issued for step s may start only on weights of at least that minus ``max_lag``. Strict
+    on-policy (one update per step, max_lag 0): the prompt of step s needs exactly the version
+    the learner has when it trains step s, so lag is 0. The learner publishes its clock (meta
+    ``learner_clock``) at start and whenever its mode changes the updates per step or the lag
+    bound (the lag guard); the feeder issues prompts by it.
+    """
 
-def newest_admissible_step(version: int, updates_per_step: int, max_lag: int) -> int:
-    """The newest learner step whose prompts may start at ``version``: the largest s with
-    ``min_version_for_step(s) <= version`` (the feeder issues every step up to it)."""
-    if version < 0 or updates_per_step < 1 or max_lag < 0:
-        raise ValueError(f"version={version} updates_per_step={updates_per_step} max_lag={max_lag}")
-    return (version + max_lag) // updates_per_step
+    step: int = 0
+    version: int = 0
+    updates_per_step: int = 1
+    max_lag: int = 0
 
+    def __post_init__(self):
+        if self.step < 0 or self.version < 0 or self.updates_per_step < 1 or self.max_lag < 0:
+            raise ValueError(f"bad step clock {self}")
 
-def learner_step_at(version: int, updates_per_step: int) -> int:
-    """The learner step that trains next once ``version`` is published (a step ends on a publish)."""
-    return version // updates_per_step
+    def start_version(self, step: int) -> int:
+        """The version the learner is at when it starts training ``step``."""
+        if step < self.step:
+            raise ValueError(f"step {step} is before this clock's first step {self.step}")
+        return self.version + (step - self.step) * self.updates_per_step
+
+    def min_version(self, step: int) -> int:
+        """Version the actor's weights must have to start a prompt of ``step``."""
+        return max(0, self.start_version(step) - self.max_lag)
+
+    def newest_admissible_step(self, version: int) -> int:
+        """The newest step whose prompts may start at ``version`` (the largest s with
+        ``min_version(s) <= version``); the feeder issues every step up to it."""
+        return self.step + max(version + self.max_lag - self.version, 0) // self.updates_per_step
+
+    def step_at(self, version: int) -> int:
+        """The learner step that trains next once ``version`` is published (a step ends on a publish)."""
+        return self.step + max(version - self.version, 0) // self.updates_per_step
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
 
 
 def group_lags(group: Group, learner_version: int) -> np.ndarray:

@@ -61,6 +61,14 @@ def offpolicy_reuse4() -> RunConfig:
     return reuse(4, 64, 16, eps_high=0.28)().model_copy(update={"preset": "offpolicy_reuse4"})
 
 
+def offpolicy_guarded() -> RunConfig:
+    """offpolicy_reuse4 with the lag guard on (learner.guard, GuardConfig defaults): the run falls back
+    to strict on-policy when entropy collapses or mismatch / clipping grow, and returns when healthy.
+    Only the guard differs from offpolicy_reuse4, so the two compare the guard alone."""
+    cfg = offpolicy_reuse4()
+    return _with(cfg, "offpolicy_guarded", guard=cfg.learner.guard.model_copy(update={"enabled": True}))
+
+
 def clip_higher(eps_high: float) -> Callable[[], RunConfig]:
     def make() -> RunConfig:
         return _with(baseline(), f"cliphigh_{eps_high:g}", mode="off_policy", max_lag=1,
@@ -92,7 +100,8 @@ def multistage() -> RunConfig:
 
 
 PRESETS: dict[str, Callable[[], RunConfig]] = {
-    "baseline": baseline, "onpolicy": onpolicy, "offpolicy_reuse4": offpolicy_reuse4, "multistage": multistage,
+    "baseline": baseline, "onpolicy": onpolicy, "offpolicy_reuse4": offpolicy_reuse4,
+    "offpolicy_guarded": offpolicy_guarded, "multistage": multistage,
     **{f"reuse{n}_dr{r}_dt{t}": reuse(n, r, t) for n, r, t in
        [(1, 64, 64), (2, 64, 32), (2, 64, 64), (4, 64, 16), (4, 64, 64), (1, 32, 32), (1, 16, 16), (4, 256, 64)]},
     **{f"cliphigh_{e:g}": clip_higher(e) for e in (0.2, 0.25, 0.265, 0.28)},

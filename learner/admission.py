@@ -31,6 +31,7 @@ from buffer.messages import Group
 from buffer.versions import group_lags
 from learner.advantages import compute_advantages
 from learner.errors import PolicyLagError
+from learner.modes import StepMode
 from learner.trainer_config import LearnerConfig
 
 Entry = tuple[str, Group]          # (stream entry id, group)
@@ -98,8 +99,9 @@ class Admission:
         self._backlog: deque[Entry] = deque(buffer.pending_groups(cfg.consumer))
         self._deferred: list[Entry] = []        # sampled by a version the learner has not reached
 
-    def collect(self, version: int, step: int) -> Collected:
-        """D_R valid groups for ``step`` at learner ``version`` (blocks; ``data_timeout_s`` bounds it)."""
+    def collect(self, version: int, step: int, mode: StepMode) -> Collected:
+        """D_R valid groups for ``step`` at learner ``version`` under ``mode`` (blocks; ``data_timeout_s``
+        bounds it)."""
         cfg, col = self.cfg, Collected()
         need = cfg.batch.rollout_batch
         self._release_deferred(version)
@@ -108,7 +110,7 @@ class Admission:
             got = self._read(need - len(col.entries))
             for entry_id, group in got:
                 col.read += 1
-                self._admit(entry_id, group, col, version, step)
+                self._admit(entry_id, group, col, version, step, mode)
             if not got:
                 self._publish_need(step, need - len(col.entries))
                 if deadline is not None and time.monotonic() > deadline:
@@ -134,14 +136,14 @@ class Admission:
         Re-published on every empty read: the feeder only trusts a hint newer than its last answer."""
         self.buffer.set_meta(learner_need={"step": step, "groups": groups, "time": time.time()})
 
-    def _admit(self, entry_id: str, g: Group, col: Collected, version: int, step: int) -> None:
+    def _admit(self, entry_id: str, g: Group, col: Collected, version: int, step: int, mode: StepMode) -> None:
         if self._already_trained(entry_id, g, col):
             return
         lag = group_lags(g, version)                                                # (N,)
         if (lag < 0).any():
             self._ahead(entry_id, g, version)
             return
-        present = self._present(entry_id, g, lag, col, step, version)
+        present = self._present(entry_id, g, lag, col, step, version, mode)
         if present is None:
             return
         col.seen.append((g, present))
@@ -169,9 +171,9 @@ class Admission:
         ack(self.buffer, [(entry_id, g.group_id)], "stale")
 
     def _present(self, entry_id: str, g: Group, lag: np.ndarray, col: Collected, step: int,
-                 version: int) -> np.ndarray | None:
+                 version: int, mode: StepMode) -> np.ndarray | None:
         """The responses fresh enough to train (None: the whole group is dropped, ACKed 'stale')."""
-        if self.cfg.mode == "on_policy":
+        if mode.strict and not mode.guard_fallback:
             if not lag.any():
                 return np.ones(len(lag), dtype=bool)
             if g.step >= step:
@@ -188,13 +190,13 @@ class Admission:
                 f"{sorted(set(lag.tolist()))}); strict on-policy trains only lag 0"))
             ack(self.buffer, [(entry_id, g.group_id)], "stale")
             return None
-        present = lag <= self.cfg.max_lag
+        present = lag <= mode.max_lag       # the guard's fallback: max_lag 0, stale data dropped
         if present.all():
             return present
         n_stale = int((~present).sum())
         col.stale_responses += n_stale
         self.buffer.dead_letter("learner", "stale", detail=(
-            f"group {g.group_id}: {n_stale}/{len(lag)} responses with lag > max_lag {self.cfg.max_lag} at "
+            f"group {g.group_id}: {n_stale}/{len(lag)} responses with lag > max_lag {mode.max_lag} at "
             f"version {version} (lags {sorted(set(lag.tolist()))}); "
             + ("trained on the rest" if present.any() else "group dropped")))
         if present.any():

@@ -38,6 +38,7 @@ class Row:
     version_end: int
     group_index: int             # index of its group in the step's rollout batch
     ref_logprobs: np.ndarray | None = None   # (R,) float32 frozen-reference log-probs (k3 KL)
+    behaviour_logprobs: np.ndarray | None = None   # (R,) float32 mu, the actor's (old_logprobs until recomputed)
 
     @property
     def input_len(self) -> int:
@@ -62,6 +63,7 @@ class MicroBatch:
     version_start: Tensor   # (B,) int64, every token of a row shares its response's version
     row_index: Tensor       # (B,) int64 index into the step's rows; -1 for the dummy row
     ref_logprobs: Tensor | None = None  # (B, L) float32
+    behaviour_logprobs: Tensor | None = None  # (B, L) float32 mu (the actors'), 0 outside loss_mask
 
     @property
     def num_loss_tokens(self) -> int:
@@ -83,11 +85,11 @@ def rows_from_groups(
         for r, a, k in zip(g.responses, adv, keep):
             if r.length == 0 or not k:
                 continue
+            behaviour = np.asarray(r.logprobs, dtype=np.float32)
             rows.append(Row(prompt_ids=np.asarray(g.prompt_ids, dtype=np.int32),
                             response_ids=np.asarray(r.token_ids, dtype=np.int32),
-                            old_logprobs=np.asarray(r.logprobs, dtype=np.float32),
-                            advantage=float(a), version_start=int(r.version_start),
-                            version_end=int(r.version_end), group_index=gi))
+                            old_logprobs=behaviour, advantage=float(a), version_start=int(r.version_start),
+                            version_end=int(r.version_end), group_index=gi, behaviour_logprobs=behaviour))
     return rows
 
 
@@ -149,6 +151,8 @@ def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0) -> Mic
     old = np.zeros((B, L), dtype=np.float32)
     adv = np.zeros((B, L), dtype=np.float32)
     ref = np.zeros((B, L), dtype=np.float32) if with_ref else None
+    with_mu = all(r.behaviour_logprobs is not None for r in sel)
+    mu = np.zeros((B, L), dtype=np.float32) if with_mu else None
     for b, r in enumerate(sel):
         seq = np.concatenate([r.prompt_ids, r.response_ids]).astype(np.int64)
         n, p, nr = r.input_len, len(r.prompt_ids), len(r.response_ids)
@@ -161,6 +165,8 @@ def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0) -> Mic
         adv[b, span] = r.advantage
         if ref is not None:
             ref[b, span] = r.ref_logprobs
+        if mu is not None:
+            mu[b, span] = r.behaviour_logprobs
     return MicroBatch(
         input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attn),
         targets=torch.from_numpy(targets), loss_mask=torch.from_numpy(mask),
@@ -168,6 +174,7 @@ def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0) -> Mic
         version_start=torch.tensor([r.version_start for r in sel], dtype=torch.long),
         row_index=torch.tensor(list(indices), dtype=torch.long),
         ref_logprobs=None if ref is None else torch.from_numpy(ref),
+        behaviour_logprobs=None if mu is None else torch.from_numpy(mu),
     )
 
 

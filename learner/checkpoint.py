@@ -50,6 +50,7 @@ class LearnerState:
     entropy_controller: dict[str, Any]
     group_ids: list[str]            # groups trained since the previous checkpoint
     stream_position: Any = None     # buffer.stream_position() at save time (for audits)
+    guard: dict[str, Any] | None = None   # the lag guard's state (learner.guard), when it is on
     config: dict[str, Any] = field(default_factory=dict)
     saved_at: float = 0.0
 

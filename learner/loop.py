@@ -3,6 +3,8 @@
 One ``Learner.step()`` (step s, starting at policy version v0 = s * N_SGD when nothing was
 skipped):
 
+0. the step's mode (``learner.modes``): the configured one, or strict on-policy while the lag
+   guard (``learner.guard``, off by default) holds the run there;
 1. admission (``learner.admission``): D_R valid groups with their GRPO advantages; stale,
    duplicate, future and zero-advantage groups are dropped, dead-lettered or deferred there;
 2. the plan: rows of the responses in the loss, optional pi_old recompute / reference
@@ -12,12 +14,14 @@ skipped):
    ranks (``learner.batching``);
 3. the updates on the ranks; weights are published through the transport every
    ``sync_interval`` updates and after the step's last update (:meth:`Learner._publish`);
-4. entropy controller update;
+4. entropy controller update, then the guard reads the step's metrics and picks the next step's
+   mode; a switch is an event in the metrics row (``guard/event``) and republishes the admission
+   clock the feeder issues prompts by (``buffer.versions.StepClock``);
 5. every ``checkpoint_every`` steps: checkpoint, then ACK the groups it covers (exactly-once,
    see ``learner.checkpoint``);
 6. one metrics row to the buffer (last, so a step retrained after a crash is not reported
    twice). ``step`` in the row is the 0-based step index s, the same s the feeder issues
-   prompts for (``buffer.versions.learner_step_at``); ``version`` is the version after it.
+   prompts for (``StepClock.step_at``); ``version`` is the version after it.
 
 The learner prints nothing per step: :meth:`Learner.step` returns the row and the caller shows it.
 
@@ -49,7 +53,9 @@ from learner.admission import Admission, Collected, TrainedLedger
 from learner.batching import Row, assign_to_ranks, plan_update, rows_from_groups, split_micro_batches
 from learner.entropy_control import build_entropy_controller
 from learner.errors import PolicyLagError
+from learner.guard import Guard
 from learner.lag import LagReport, lag_report
+from learner.modes import StepMode, mode_for
 from learner.rank_actor import RankGroup
 from learner.reduce import combine_updates, reduce_metrics
 from learner.schedule import schedule_for
@@ -90,6 +96,7 @@ class Learner:
         self.ranks = ranks
         ranks.call("set_transport", transport)
         self.controller = build_entropy_controller(cfg.entropy)
+        self.guard = Guard(cfg.guard, entropy_target=getattr(cfg.entropy, "target", None))
         self.version = ranks.version()
         self.steps_done = 0
         self.ledger = TrainedLedger(buffer)
@@ -98,6 +105,8 @@ class Learner:
         self.resumed_from = None
         if last is not None:
             self._restore(last)
+        self.mode: StepMode = mode_for(cfg, self.guard.mode)
+        self._publish_clock()
         self.admission = Admission(cfg, buffer, self.ledger)
 
     @classmethod
@@ -120,7 +129,7 @@ class Learner:
                 setattr(rows[i], attr, values)
 
     def _check_update_lags(self, report: LagReport, update: int) -> None:
-        if self.cfg.mode == "on_policy" and report.sample_hist and report.max != 0:
+        if self.mode.strict and report.sample_hist and report.max != 0:
             raise PolicyLagError(f"strict on-policy: update {update} at version {self.version + update} "
                                  f"would train lags {report.sample_hist}")
 
@@ -155,7 +164,8 @@ class Learner:
         by_group: dict[int, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             by_group[r.group_index].append(i)
-        schedule = schedule_for(cfg.batch, seed=cfg.seed * 1_000_003 + self.steps_done, num_groups=len(col.entries))
+        schedule = schedule_for(self.mode.batch, seed=cfg.seed * 1_000_003 + self.steps_done,
+                                num_groups=len(col.entries))
         plan = _StepPlan(rows=rows, v0=self.version)
         for p in schedule:
             idx = [i for gi in p.group_indices for i in by_group[gi]]
@@ -184,8 +194,8 @@ class Learner:
             if not (last or self._publish_due(plan.v0 + u + 1, False)):
                 continue
             results = self.ranks.call_each("train_updates", [
-                (rows_ref, [(plan.v0 + j, plan.rank_plans[j][r]) for j in chunk], cfg.loss, self.temperature,
-                 plan.alpha, cfg.mode == "on_policy") for r in range(world)])
+                (rows_ref, [(plan.v0 + j, plan.rank_plans[j][r]) for j in chunk], self.mode.loss, self.temperature,
+                 plan.alpha, self.mode.strict) for r in range(world)])
             for k in range(len(chunk)):
                 per_update.append(reduce_metrics([results[r][k][0] for r in range(world)]))
                 infos.append(results[0][k][1])
@@ -209,7 +219,8 @@ class Learner:
     def step(self) -> dict:
         """One learner step (module docstring); returns its metrics row (also written to the buffer)."""
         cfg, t0 = self.cfg, time.monotonic()
-        col = self.admission.collect(self.version, self.steps_done)
+        mode = self.mode
+        col = self.admission.collect(self.version, self.steps_done, mode)
         t_data = time.monotonic()
         plan = self._plan(col)
         t_prep = time.monotonic()
@@ -219,7 +230,7 @@ class Learner:
         losses = combine_updates(per_update, tokens)
         self.controller.update(losses.get("entropy/mean", 0.0))
         norms = [i["grad/norm"] for i in infos]
-        m = {"step": self.steps_done, "version": self.version, "mode": cfg.mode, "updates": len(infos),
+        m = {"step": self.steps_done, "version": self.version, "mode": mode.name, "updates": len(infos),
              **rollout_stats([g for g, _ in col.seen], [p for _, p in col.seen]), **col.metrics(),
              **plan.lags.metrics(), **losses, "entropy/coef": plan.alpha,
              **{k: v for k, v in self.controller.metrics().items() if k != "entropy/coef"},
@@ -229,12 +240,32 @@ class Learner:
              "time/weight_sync": sync_s}
         if cfg.needs_reference:
             m["kl/mean"] = losses.get("kl/ref_k3", 0.0)
+        next_mode = self._watch(m)
         t_ck = time.monotonic()
         self._finish(col)
         m["time/checkpoint"] = time.monotonic() - t_ck
         m["time/step"] = time.monotonic() - t0
+        if next_mode != self.mode:
+            self.mode = next_mode
+            self._publish_clock()
         self.buffer.write_metrics(m)
         return m
+
+    def _watch(self, m: dict) -> StepMode:
+        """The guard reads the step's row (it adds its own metrics and a switch event to it);
+        returns the next step's mode."""
+        if not self.cfg.guard.enabled:
+            return self.mode
+        decision = self.guard.observe(m, step=self.steps_done)
+        m.update(decision.metrics)
+        m["guard/on_policy"] = float(self.mode.guard_fallback)     # this step's mode (the guard's is the next's)
+        if decision.event is not None:
+            m["guard/event"] = decision.event.to_dict()
+        return mode_for(self.cfg, decision.mode)
+
+    def _publish_clock(self) -> None:
+        """How versions map to steps from the next step on, for the feeder's admission."""
+        self.buffer.set_meta(learner_clock=self.mode.clock(self.steps_done, self.version).to_dict())
 
     def run(self, num_steps: int, log=None) -> list[dict]:
         """``num_steps`` steps; ``log(row)`` after each (e.g. ``lambda m: print(summary_line(m))``)."""
@@ -255,6 +286,7 @@ class Learner:
         state = ckpt_io.LearnerState(
             step=self.steps_done, version=self.version, entropy_controller=self.controller.state_dict(),
             group_ids=self.ledger.pending_ids(), stream_position=self.buffer.stream_position(),
+            guard=self.guard.state_dict() if self.cfg.guard.enabled else None,
             config=json.loads(self.cfg.model_dump_json()), saved_at=time.time())
         ckpt_io.write_learner_state(path, state)
         ckpt_io.commit(self.run_dir, path, self.cfg.keep_checkpoints)
@@ -272,6 +304,8 @@ class Learner:
             raise RuntimeError(f"checkpoint {path}: ranks restored versions {versions}, learner.json says {state.version}")
         self.version, self.steps_done = state.version, state.step
         self.controller.load_state_dict(state.entropy_controller)
+        if state.guard is not None and self.cfg.guard.enabled:
+            self.guard.load_state_dict(state.guard)
         self.ledger.restore(state.group_ids)
         self.resumed_from = {"path": str(path), "step": self.steps_done, "version": self.version,
                              "published": self.buffer.get_version()[0]}

@@ -16,7 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from learner.config import AdaptiveEntropy, AdvantageConfig, BatchConfig, EntropyConfig, PolicyLossConfig
+from learner.config import (
+    AdaptiveEntropy, AdvantageConfig, BatchConfig, EntropyConfig, GuardConfig, PolicyLossConfig,
+)
 
 # Fields that shape the DeepSpeed engines: a Learner may only reuse a rank group whose engines
 # were built with the same values (everything else is per-call and may differ).
@@ -53,6 +55,9 @@ class LearnerConfig(BaseModel):
                                    description="Token-level clipped loss (eps_low/high, dual clip, k3 KL beta).")
     entropy: EntropyConfig = Field(default_factory=AdaptiveEntropy,
                                    description="Entropy coefficient: adaptive (Skywork-OR1), fixed, or none.")
+    guard: GuardConfig = Field(default_factory=GuardConfig,
+                               description="Lag guard: fall back to strict on-policy when entropy, mismatch or "
+                               "clipping say off-policy training goes wrong (learner.guard; off by default).")
 
     # --- optimizer ---------------------------------------------------------------------------
     lr: float = Field(1e-6, gt=0, description="AdamW peak learning rate (1e-6 in Skywork-OR1).")
@@ -104,6 +109,9 @@ class LearnerConfig(BaseModel):
             problems = strict_on_policy_problems(self)
             if problems:
                 raise ValueError("mode='on_policy' is strict on-policy: " + "; ".join(problems))
+            if self.guard.enabled:
+                raise ValueError("guard.enabled watches an off-policy run to fall back to on-policy; "
+                                 "this run is on-policy already")
         elif self.max_lag < 1:
             raise ValueError("mode='off_policy' needs max_lag >= 1 (use mode='on_policy' for lag 0)")
         if self.loss.correction.type != "none" and self.old_logprobs != "recompute":

@@ -115,7 +115,7 @@ def run(cfg: RunConfig) -> RunResult:
         actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, group_size=cfg.group_size,
                                           reward_scorer=pool, buffer_cfg=cfg.buffer, log_dir=str(run_path / "logs"))
         loops = start_loops(actors)
-        feeder = PromptFeeder(buffer, problems, renderer, batch=cfg.learner.batch, max_lag=cfg.learner.max_lag,
+        feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=cfg.learner.batch.rollout_batch,
                               group_size=cfg.group_size, temperature=cfg.temperature,
                               max_model_len=cfg.actors.max_model_len, stage_at=cfg.data.stage_at,
                               seed=cfg.data.shuffle_seed)
@@ -153,6 +153,8 @@ def run(cfg: RunConfig) -> RunResult:
             result.metrics.append(metrics)
             _append_jsonl(run_path / "metrics.jsonl", metrics)
             print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
+            if "guard/event" in metrics:
+                print(metrics["guard/event"]["message"], flush=True)
             if evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0:
                 evaluate()
         if stop.requested:

@@ -1,10 +1,12 @@
 """The prompt feeder: dataset -> stages -> filters -> the buffer's `prompts` stream.
 
 It runs in a thread beside the learner and releases prompts only when they are admissible:
-a prompt for learner step s needs policy version `min_version_for_step(s, N_SGD, max_lag)`,
-so it is issued once the published version reaches that (strict on-policy: step s's prompts
+a prompt for learner step s needs the policy version the learner's published clock gives it
+(``buffer.versions.StepClock.min_version``: the version step s starts at, minus max_lag), so
+it is issued once the published version reaches that (strict on-policy: step s's prompts
 appear exactly when version s exists; off-policy: up to max_lag versions early, so generation
-overlaps training). Each step first gets D_R prompts. Dynamic sampling rejects zero-advantage
+overlaps training). The clock is re-read every tick: the lag guard changes it when it switches
+the run between off-policy and strict on-policy. Each step first gets D_R prompts. Dynamic sampling rejects zero-advantage
 groups, so the learner may still lack valid groups once all of them are answered: it publishes how
 many (``learner_need`` in the meta hash, re-sent on every empty read), and the feeder tops up 1.5x
 that. A top-up larger than the need ends up stale in strict on-policy mode (generated for a step
@@ -25,9 +27,8 @@ from typing import Callable
 import numpy as np
 
 from buffer.messages import PromptMsg
-from buffer.versions import learner_step_at, min_version_for_step, newest_admissible_step
+from buffer.versions import StepClock
 from launch.run.data import Problem, PromptRenderer
-from learner.config import BatchConfig
 
 
 @dataclass
@@ -45,11 +46,11 @@ class FeedStats:
 
 
 class PromptFeeder:
-    def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, batch: BatchConfig,
-                 max_lag: int, group_size: int, temperature: float, max_model_len: int,
+    def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, rollout_batch: int,
+                 group_size: int, temperature: float, max_model_len: int,
                  stage_at: Callable[[int], tuple[int, int]], seed: int = 0, hint_wait_s: float = 2.0):
         self.buffer, self.renderer = buffer, renderer
-        self.rollout_batch, self.n_sgd, self.max_lag = batch.rollout_batch, batch.n_sgd, max_lag
+        self.rollout_batch = rollout_batch
         # what every prompt asks the actors for (the run's settings)
         self.group_size, self.temperature, self.max_model_len = group_size, temperature, max_model_len
         self.stage_at = stage_at                  # step -> (stage index, response budget)
@@ -77,9 +78,9 @@ class PromptFeeder:
         self.order = [p for p in self.order if p.id not in self.solved]
 
     # ---- issuing
-    def issue(self, step: int, count: int) -> int:
+    def issue(self, step: int, count: int, clock: StepClock) -> int:
         stage, max_tokens = self.stage_at(step)
-        min_version = min_version_for_step(step, self.n_sgd, self.max_lag)
+        min_version = clock.min_version(step)
         msgs = []
         for _ in range(count):
             p = self._next_problem()
@@ -106,10 +107,15 @@ class PromptFeeder:
     def tick(self) -> None:
         """Issue whatever is admissible now (called in a loop by the feeder thread)."""
         version, _ = self.buffer.get_version()
-        learner_step = learner_step_at(version, self.n_sgd)
-        for step in range(learner_step, newest_admissible_step(version, self.n_sgd, self.max_lag) + 1):
+        # two fields, not the whole meta hash: it holds the config
+        meta = self.buffer.get_meta("learner_clock", "learner_need")
+        if "learner_clock" not in meta:
+            return                                  # the learner has not started yet
+        clock = StepClock(**meta["learner_clock"])
+        learner_step = clock.step_at(version)
+        for step in range(learner_step, clock.newest_admissible_step(version) + 1):
             if step not in self.stats.per_step:
-                self.issue(step, self.rollout_batch)
+                self.issue(step, self.rollout_batch, clock)
         state = self.stats.per_step[learner_step]
         if self.outstanding() > 0:
             state.answered_at = None
@@ -117,16 +123,16 @@ class PromptFeeder:
         now = time.time()
         if state.answered_at is None:
             state.answered_at = now
-        need = self.buffer.get_meta("learner_need").get("learner_need")   # not the whole hash: it holds the config
+        need = meta.get("learner_need")
         if isinstance(need, dict) and need.get("step") == learner_step:
             # everything issued is answered; top up only if the learner said so since then
             if need.get("groups", 0) > 0 and need.get("time", 0.0) > state.answered_at:
-                self._top_up(state, learner_step, math.ceil(1.5 * need["groups"]), now)
+                self._top_up(state, learner_step, math.ceil(1.5 * need["groups"]), now, clock)
         elif now - state.answered_at > self.hint_wait_s:
-            self._top_up(state, learner_step, max(self.rollout_batch // 2, 1), now)
+            self._top_up(state, learner_step, max(self.rollout_batch // 2, 1), now, clock)
 
-    def _top_up(self, state: _StepState, step: int, count: int, now: float) -> None:
-        issued = self.issue(step, count)      # 0 if every prompt was too long (dead-lettered)
+    def _top_up(self, state: _StepState, step: int, count: int, now: float, clock: StepClock) -> None:
+        issued = self.issue(step, count, clock)      # 0 if every prompt was too long (dead-lettered)
         state.answered_at = None if issued else now
 
     def outstanding(self) -> int:
@@ -143,7 +149,10 @@ class PromptFeeder:
         if c["prompts_issued"] == 0:
             return
         version, _ = self.buffer.get_version()
-        for step in range(newest_admissible_step(version, self.n_sgd, self.max_lag) + 1):
+        clock = self.buffer.get_meta("learner_clock").get("learner_clock")
+        if clock is None:
+            raise RuntimeError("resuming a run whose learner has published no clock: start the learner first")
+        for step in range(StepClock(**clock).newest_admissible_step(version) + 1):
             self.stats.per_step.setdefault(step, _StepState())
         self._serial = c["prompts_issued"] + c["deadlettered"]
 

@@ -26,6 +26,16 @@ def _first_last(rows: list[dict], key: str) -> list[float] | None:
     return [float(values[0]), float(values[-1])] if values else None
 
 
+def guard_summary(rows: list[dict]) -> dict | None:
+    """The lag guard's switches (None when the run had no guard) and its on-policy steps."""
+    if not any("guard/on_policy" in r for r in rows):
+        return None
+    events = [r["guard/event"] for r in rows if "guard/event" in r]
+    return {"fallbacks": sum(e["kind"] == "fallback" for e in events),
+            "recoveries": sum(e["kind"] == "recover" for e in events),
+            "on_policy_steps": sum(r.get("mode") == "on_policy" for r in rows), "events": events}
+
+
 def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int, seconds: float,
                   rows: list[dict], evals: list[dict], stop_reason: str) -> dict:
     """``rows``: every step's metrics row; ``evals``: the evaluation rows (first = before training)."""
@@ -47,9 +57,19 @@ def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int,
                    "zero_advantage_dropped": sum(int(r.get("groups/zero_adv_dropped", 0)) for r in rows),
                    "stale_dropped": sum(int(r.get("groups/stale_dropped", 0)) for r in rows),
                    "stale_responses_dropped": sum(int(r.get("lag/stale_dropped", 0)) for r in rows)},
+        "guard": guard_summary(rows),
         "files": {name: str(run_path / name) for name in
                   ("config.json", "metrics.jsonl", "summary.json", "checkpoints", "logs", "redis")},
     }
+
+
+def _guard_lines(guard: dict | None) -> list[str]:
+    if guard is None:
+        return []
+    lines = [f"  lag guard     {guard['fallbacks']} fallback(s) to on-policy, {guard['recoveries']} return(s); "
+             f"{guard['on_policy_steps']} steps on-policy"]
+    lines += [f"                {e['message'].removeprefix('[guard] ')}" for e in guard["events"]]
+    return lines
 
 
 def format_summary(s: dict) -> str:
@@ -71,6 +91,7 @@ def format_summary(s: dict) -> str:
         f"  policy lag    {lag}",
         f"  groups        {g['trained']} trained, {g['zero_advantage_dropped']} zero-advantage dropped, "
         f"{g['stale_dropped']} stale dropped ({g['stale_responses_dropped']} stale responses)",
+        *_guard_lines(s.get("guard")),
         f"  files         {s['run_path']}/ (config.json, metrics.jsonl, summary.json, checkpoints/, logs/, redis/)",
         f"  notebook      LAGRL_RUN_DIR={s['run_path']} jupyter notebook notebooks/monitor.ipynb",
     ]

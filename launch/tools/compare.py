@@ -201,8 +201,38 @@ def plot_series(ax: Axes, df: pd.DataFrame, keys: Iterable[str], title: str) -> 
     return _finish(ax, title, sum(_line(ax, df, key) for key in keys), keys)
 
 
+def guard_spans(df: pd.DataFrame) -> list[tuple[float, float]]:
+    """(first, last) step of each run of steps the lag guard held on-policy (``guard/on_policy`` 1)."""
+    import pandas as pd
+
+    if "guard/on_policy" not in df.columns:
+        return []
+    s = df[[STEP, "guard/on_policy"]].apply(pd.to_numeric, errors="coerce").dropna().sort_values(STEP)
+    spans, start, prev = [], None, None
+    for step, on in zip(s[STEP], s["guard/on_policy"]):
+        if on >= 0.5 and start is None:
+            start = step
+        elif on < 0.5 and start is not None:
+            spans.append((start, prev))
+            start = None
+        prev = step
+    if start is not None:
+        spans.append((start, prev))
+    return spans
+
+
+def shade_guard(ax: Axes, df: pd.DataFrame) -> int:
+    """Shade the steps the guard held the run on-policy; returns how many spans."""
+    spans = guard_spans(df)
+    for i, (lo, hi) in enumerate(spans):
+        ax.axvspan(lo - 0.5, hi + 0.5, color="tab:orange", alpha=0.15, label="guard: on-policy" if i == 0 else None)
+    return len(spans)
+
+
 def plot_entropy(ax: Axes, df: pd.DataFrame) -> int:
-    """entropy/mean (left axis) and the entropy coefficient alpha (right axis) vs step."""
+    """entropy/mean (left axis) and the entropy coefficient alpha (right axis) vs step; the steps the
+    lag guard held the run on-policy are shaded."""
+    shade_guard(ax, df)
     n = plot_series(ax, df, ENTROPY_KEYS, "entropy")
     if n and "entropy/coef" in df.columns:
         twin = ax.twinx()

@@ -9,7 +9,7 @@ import pytest
 from buffer import RunBuffer
 from launch.run.data import Problem, PromptRenderer
 from launch.run.feeder import PromptFeeder
-from learner.config import BatchConfig
+from buffer.versions import StepClock
 from tests.samples import make_group
 
 pytestmark = pytest.mark.integration
@@ -30,9 +30,9 @@ def _feeder(buf, tiny_world, hint_wait_s: float) -> PromptFeeder:
                               template="Q: {problem}\nA: ")
     problems = [Problem(id=f"p{i}", data_source="tiny_arith", problem=f"{i}+1", answer=str(i + 1))
                 for i in range(50)]
-    return PromptFeeder(buf, problems, renderer, batch=BatchConfig(rollout_batch=D_R, mini_batch=D_R), max_lag=0,
-                        group_size=2, temperature=1.0, max_model_len=256, stage_at=lambda step: (0, 16),
-                        hint_wait_s=hint_wait_s)
+    buf.set_meta(learner_clock=StepClock().to_dict())      # strict on-policy: one update per step, lag 0
+    return PromptFeeder(buf, problems, renderer, rollout_batch=D_R, group_size=2, temperature=1.0,
+                        max_model_len=256, stage_at=lambda step: (0, 16), hint_wait_s=hint_wait_s)
 
 
 def _answer_all(buf: RunBuffer) -> int:
@@ -83,3 +83,22 @@ def test_without_a_hint_for_the_step_it_falls_back_to_half_a_batch(buf, tiny_wor
     time.sleep(0.4)
     feeder.tick()
     assert feeder.stats.per_step[0].issued == D_R + D_R // 2
+
+
+def test_prompts_follow_the_clock_the_learner_publishes(buf, tiny_world):
+    """Off-policy (4 updates a step, lag 4) issues a step ahead; after the guard switches the run to
+    strict on-policy at step 1 (version 4), step s waits for exactly its start version."""
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0)
+    buf.set_meta(learner_clock=StepClock(updates_per_step=4, max_lag=4).to_dict())
+    feeder.tick()
+    assert sorted(feeder.stats.per_step) == [0, 1]                      # step 1 may start at version 0
+    buf.publish_version(4, "test://weights/4")
+    buf.set_meta(learner_clock=StepClock(step=1, version=4, updates_per_step=1, max_lag=0).to_dict())
+    feeder.tick()
+    assert sorted(feeder.stats.per_step) == [0, 1]                      # step 2 needs version 5
+    buf.publish_version(5, "test://weights/5")
+    feeder.tick()
+    assert sorted(feeder.stats.per_step) == [0, 1, 2]
+    taken = buf.take_prompts("actor-0", count=100, block_ms=0)
+    assert {(p.step, p.min_version) for _, p in taken} == {(0, 0), (1, 0), (2, 5)}
+

@@ -9,28 +9,40 @@ from pydantic import ValidationError
 from buffer.config import BufferConfig
 from buffer.keys import RunKeys, run_id_of
 from buffer.scripts import id_key, id_score
-from buffer.versions import group_lags, lag_histogram, learner_step_at, min_version_for_step, newest_admissible_step
+from buffer.versions import StepClock, group_lags, lag_histogram
 from tests.samples import make_group
 
 
 def test_strict_on_policy_needs_exactly_the_steps_version():
-    assert [min_version_for_step(s, 1, 0) for s in range(4)] == [0, 1, 2, 3]
-    assert [newest_admissible_step(v, 1, 0) for v in range(4)] == [0, 1, 2, 3]
+    clock = StepClock(updates_per_step=1, max_lag=0)
+    assert [clock.min_version(s) for s in range(4)] == [0, 1, 2, 3]
+    assert [clock.newest_admissible_step(v) for v in range(4)] == [0, 1, 2, 3]
 
 
 def test_off_policy_admission():
     # N_SGD = 4 updates per step, max_lag 6: step 5 needs version >= 20 - 6 = 14
-    assert min_version_for_step(5, 4, 6) == 14
+    clock = StepClock(updates_per_step=4, max_lag=6)
+    assert clock.min_version(5) == 14 and clock.min_version(1) == 0
     # the feeder's inverse: the newest step admissible at a version
-    assert newest_admissible_step(14, 4, 6) == 5 and newest_admissible_step(13, 4, 6) == 4
-    assert all(min_version_for_step(newest_admissible_step(v, 4, 6), 4, 6) <= v
-               < min_version_for_step(newest_admissible_step(v, 4, 6) + 1, 4, 6) for v in range(40))
-    assert min_version_for_step(1, 4, 100) == 0
-    assert [learner_step_at(v, 4) for v in (0, 3, 4, 17)] == [0, 0, 1, 4]
+    assert clock.newest_admissible_step(14) == 5 and clock.newest_admissible_step(13) == 4
+    assert all(clock.min_version(clock.newest_admissible_step(v)) <= v < clock.min_version(clock.newest_admissible_step(v) + 1)
+               for v in range(40))
+    assert [clock.step_at(v) for v in (0, 3, 4, 17)] == [0, 0, 1, 4]
+    assert StepClock(updates_per_step=4, max_lag=100).min_version(1) == 0
     with pytest.raises(ValueError):
-        min_version_for_step(1, 0, 0)
-    with pytest.raises(ValueError):
-        newest_admissible_step(-1, 4, 0)
+        StepClock(updates_per_step=0)
+
+
+def test_a_clock_published_mid_run():
+    """The guard switched to strict on-policy at step 7, version 28 (after 7 steps of 4 updates)."""
+    clock = StepClock(step=7, version=28, updates_per_step=1, max_lag=0)
+    assert [clock.start_version(s) for s in (7, 8, 10)] == [28, 29, 31]
+    assert [clock.min_version(s) for s in (7, 8)] == [28, 29]
+    assert clock.step_at(28) == 7 and clock.step_at(30) == 9 and clock.newest_admissible_step(29) == 8
+    assert clock.step_at(20) == 7 and clock.newest_admissible_step(20) == 7    # published version behind it
+    with pytest.raises(ValueError, match="before this clock"):
+        clock.min_version(6)
+    assert StepClock(**clock.to_dict()) == clock
 
 
 def test_group_lags_and_histogram():

@@ -116,3 +116,13 @@ def test_actor_throughput_bars():
     assert n == 2
     assert [p.get_height() for p in ax.patches] == [1200.0, 900.0]
     plt.close(fig)
+
+
+def test_guard_spans_are_the_runs_of_on_policy_steps():
+    df = compare.metrics_frame([{"step": s, "guard/on_policy": float(on)}
+                                for s, on in enumerate([0, 1, 1, 0, 0, 1, 0, 1])])
+    assert compare.guard_spans(df) == [(1, 2), (5, 5), (7, 7)]
+    assert compare.guard_spans(compare.metrics_frame([{"step": 0, "entropy/mean": 0.3}])) == []
+    fig, ax = plt.subplots()
+    assert compare.shade_guard(ax, df) == 3 and len(ax.patches) == 3
+    plt.close(fig)

@@ -1,0 +1,53 @@
+"""What one learner step trains with: the configured mode, or the lag guard's strict on-policy fallback.
+
+The configured mode is the run's (``LearnerConfig``). When the lag guard (``learner.guard``)
+falls back, the steps of the hold run strict on-policy (DESIGN.md §3) with the run's rollout
+batch: N_reuse 1, D_T = D_R (one update per step), max_lag 0, a symmetric clip at the run's
+eps_low. Groups sampled beyond the new lag bound are dropped and counted at admission, not
+trained, and not an error: unlike a run configured on-policy, whose stale data means a bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from buffer.versions import StepClock
+from learner.config import BatchConfig, PolicyLossConfig
+from learner.trainer_config import LearnerConfig
+
+ModeName = Literal["on_policy", "off_policy"]
+
+
+@dataclass(frozen=True)
+class StepMode:
+    name: ModeName
+    batch: BatchConfig
+    max_lag: int
+    loss: PolicyLossConfig
+    guard_fallback: bool = False   # the guard's on-policy: stale data is dropped, not an error
+
+    @property
+    def strict(self) -> bool:
+        """Every trained token must be lag 0 (checked at every update)."""
+        return self.name == "on_policy"
+
+    def clock(self, step: int, version: int) -> StepClock:
+        """The admission clock from ``step`` (at ``version``) on, for the feeder."""
+        return StepClock(step=step, version=version, updates_per_step=self.batch.n_sgd, max_lag=self.max_lag)
+
+
+def configured_mode(cfg: LearnerConfig) -> StepMode:
+    return StepMode(cfg.mode, cfg.batch, cfg.max_lag, cfg.loss)
+
+
+def fallback_mode(cfg: LearnerConfig) -> StepMode:
+    """Strict on-policy with the run's rollout batch and its lower clip on both sides."""
+    batch = cfg.batch.model_copy(update={"mini_batch": cfg.batch.rollout_batch, "n_reuse": 1})
+    loss = cfg.loss.model_copy(update={"eps_high": cfg.loss.eps_low})
+    return StepMode("on_policy", batch, 0, loss, guard_fallback=True)
+
+
+def mode_for(cfg: LearnerConfig, guard_mode: ModeName) -> StepMode:
+    """The step's mode when the guard answers ``guard_mode`` (it only ever says on_policy to fall back)."""
+    return fallback_mode(cfg) if guard_mode == "on_policy" and cfg.mode == "off_policy" else configured_mode(cfg)

@@ -1,0 +1,65 @@
+"""The lag guard in a real run (tiny world; Ray, vLLM, Redis, DeepSpeed): offpolicy_guarded with an
+entropy floor just below the starting entropy falls back to strict on-policy, trains those steps
+at lag 0 with one update each, and returns to off-policy when the entropy is above the floor again.
+Every switch is an event in the metrics stream and the summary; the books balance (the groups
+sampled beyond the new lag bound are dropped as stale, not trained, not lost)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_guard_falls_back_to_on_policy_and_returns(ray_local, tmp_path, tiny_world):
+    from buffer.audit import audit
+    from buffer.connection import connect
+    from buffer.server import open_run_dir
+    from launch.cli import build_config
+    from launch.run.driver import run
+
+    cfg, _ = build_config([
+        "--tiny", "--steps", "24", "--run_dir", str(tmp_path / "runs"), "--run_id", "guarded",
+        "--data.eval_every", "0", "--data.eval_max_problems", "16",
+        # only the entropy floor, at 97% of the first two steps' entropy; quick to switch either way
+        "--learner.guard.entropy_floor_start_frac", "0.97", "--learner.guard.start_steps", "2",
+        "--learner.guard.entropy_floor_target_frac", "null", "--learner.guard.slope_max_drop_frac", "null",
+        "--learner.guard.mismatch_kl_max", "null", "--learner.guard.clip_frac_max", "null",
+        "--learner.guard.persist_steps", "1", "--learner.guard.hold_steps", "2",
+        "--learner.guard.recover_quiet_steps", "1"], default_preset="offpolicy_guarded")
+    result = run(cfg)
+    rows = [json.loads(line) for line in (result.run_path / "metrics.jsonl").read_text().splitlines()]
+    events = [r["guard/event"] for r in rows if "guard/event" in r]
+    print(" | ".join(e["message"] for e in events))
+    print("[entropy] " + " ".join(f"{r['step']}{r['mode'][:3]}:{r['entropy/mean']:.3f}" for r in rows))
+
+    kinds = [e["kind"] for e in events]
+    assert "fallback" in kinds and "recover" in kinds[kinds.index("fallback"):], kinds
+    fallback = events[kinds.index("fallback")]
+    assert fallback["rules"] == ["entropy_floor"] and fallback["values"]["entropy/mean"] < \
+        0.97 * fallback["values"]["entropy/start"]
+    for r in rows:
+        if r["mode"] == "on_policy":             # declared on-policy: one update, every token lag 0
+            assert r["updates"] == 1 and r["lag/max"] == 0 and r["guard/on_policy"] == 1.0, r["step"]
+        else:
+            assert r["updates"] == 16 and r["guard/on_policy"] == 0.0
+    # a switch takes effect at the next step
+    by_step = {r["step"]: r for r in rows}
+    for e in events:
+        if e["step"] + 1 in by_step:
+            assert by_step[e["step"] + 1]["mode"] == e["to_mode"]
+
+    summary = json.loads((result.run_path / "summary.json").read_text())
+    assert summary["guard"]["fallbacks"] == kinds.count("fallback") >= 1
+    assert summary["guard"]["recoveries"] == kinds.count("recover") >= 1
+    assert summary["guard"]["on_policy_steps"] == sum(r["mode"] == "on_policy" for r in rows)
+
+    with open_run_dir(result.run_path) as server:
+        client = connect(server.url)
+        books = audit(client, cfg.run_id)
+        client.close()
+    print(f"[audit] {books.line()}")
+    assert books.balanced and books.prompts_lost == 0 and books.groups_lost == 0 and books.duplicates == 0
+    assert books.outcomes["stale"] > 0         # sampled off-policy, dropped in the on-policy steps

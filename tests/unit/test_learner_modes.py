@@ -1,0 +1,43 @@
+"""The step's mode: configured, or the guard's strict on-policy fallback with the run's rollout batch."""
+
+import pytest
+
+from learner.config import BatchConfig, GuardConfig, PolicyLossConfig
+from learner.modes import configured_mode, fallback_mode, mode_for
+from learner.trainer_config import LearnerConfig, strict_on_policy_problems
+
+
+def _off_policy(**kw) -> LearnerConfig:
+    return LearnerConfig(mode="off_policy", max_lag=16, batch=BatchConfig(rollout_batch=64, mini_batch=16, n_reuse=4),
+                         loss=PolicyLossConfig(eps_low=0.2, eps_high=0.28), **kw)
+
+
+def test_fallback_is_strict_on_policy_with_the_runs_rollout_batch():
+    cfg = _off_policy()
+    fb = fallback_mode(cfg)
+    assert fb.name == "on_policy" and fb.strict and fb.guard_fallback and fb.max_lag == 0
+    assert (fb.batch.rollout_batch, fb.batch.mini_batch, fb.batch.n_reuse, fb.batch.n_sgd) == (64, 64, 1, 1)
+    assert (fb.loss.eps_low, fb.loss.eps_high) == (0.2, 0.2)
+    # exactly what the strict on-policy rule asks of a configured run
+    strict = cfg.model_copy(update={"mode": "on_policy", "batch": fb.batch, "max_lag": 0, "loss": fb.loss})
+    assert strict_on_policy_problems(strict) == []
+
+
+def test_mode_for_the_guards_answer():
+    cfg = _off_policy(guard=GuardConfig(enabled=True))
+    assert mode_for(cfg, "off_policy") == configured_mode(cfg)
+    assert mode_for(cfg, "on_policy") == fallback_mode(cfg)
+    on = LearnerConfig()                                    # configured on-policy: never a fallback
+    assert mode_for(on, "on_policy") == configured_mode(on) and not configured_mode(on).guard_fallback
+
+
+def test_clock_of_a_mode():
+    cfg = _off_policy()
+    off, fb = configured_mode(cfg).clock(7, 112), fallback_mode(cfg).clock(7, 112)
+    assert (off.updates_per_step, off.max_lag, off.min_version(8)) == (16, 16, 112)
+    assert (fb.updates_per_step, fb.max_lag, fb.min_version(8)) == (1, 0, 113)
+
+
+def test_guard_only_watches_off_policy_runs():
+    with pytest.raises(ValueError, match="on-policy already"):
+        LearnerConfig(mode="on_policy", guard=GuardConfig(enabled=True))
