@@ -63,7 +63,7 @@ class MicroBatch:
     version_start: Tensor   # (B,) int64, every token of a row shares its response's version
     row_index: Tensor       # (B,) int64 index into the step's rows; -1 for the dummy row
     ref_logprobs: Tensor | None = None  # (B, L) float32
-    behaviour_logprobs: Tensor | None = None  # (B, L) float32 mu (the actors'), 0 outside loss_mask
+    behaviour_logprobs: Tensor | None = None  # (B, L) float32 mu (the actors') once pi_old is recomputed
 
     @property
     def num_loss_tokens(self) -> int:
@@ -151,7 +151,8 @@ def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0) -> Mic
     old = np.zeros((B, L), dtype=np.float32)
     adv = np.zeros((B, L), dtype=np.float32)
     ref = np.zeros((B, L), dtype=np.float32) if with_ref else None
-    with_mu = all(r.behaviour_logprobs is not None for r in sel)
+    # mu travels only once pi_old was recomputed (it is pi_old otherwise)
+    with_mu = all(r.behaviour_logprobs is not None and r.old_logprobs is not r.behaviour_logprobs for r in sel)
     mu = np.zeros((B, L), dtype=np.float32) if with_mu else None
     for b, r in enumerate(sel):
         seq = np.concatenate([r.prompt_ids, r.response_ids]).astype(np.int64)

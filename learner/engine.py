@@ -45,6 +45,16 @@ def _ref_or_none(mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(logp) if mb.ref_logprobs is None else mb.ref_logprobs.to(logp.device)
 
 
+def _behaviour_or_none(mb: MicroBatch, logp: torch.Tensor, loss_cfg: PolicyLossConfig) -> torch.Tensor | None:
+    """mu, the actors' log-probs, once pi_old was recomputed (the corrections and the behaviour-
+    mismatch metrics); a dummy micro-batch (empty mask) of a corrected loss gets zeros."""
+    if mb.behaviour_logprobs is not None:
+        return mb.behaviour_logprobs.to(logp.device)
+    if loss_cfg.correction.type != "none" and not mb.num_loss_tokens:
+        return torch.zeros_like(logp.detach())
+    return None
+
+
 class LinearWarmup:
     """lr factor min(1, (u + 1) / warmup) for update u (a class so LambdaLR can checkpoint it)."""
 
@@ -224,7 +234,7 @@ class RankEngine:
                 logprobs=logp, old_logprobs=mb.old_logprobs.to(d), advantages=mb.advantages.to(d),
                 loss_mask=mb.loss_mask.to(d), entropy=ent if entropy_coef else ent.detach(),
                 ref_logprobs=_ref_or_none(mb, logp) if need_ref else None,
-                behaviour_logprobs=self._behaviour(mb, logp))
+                behaviour_logprobs=_behaviour_or_none(mb, logp, loss_cfg))
             loss, m = policy_loss(inputs, loss_cfg, total_tokens, entropy_coef)
             self.engine.backward(loss * scale, scale_wrt_gas=False)
             metrics.append(m)
@@ -236,15 +246,6 @@ class RankEngine:
         info = {"grad/norm": float("nan") if norm is None else float(norm), "lr": lr,
                 "tokens/global": total_tokens}
         return reduce_metrics(metrics), info
-
-    def _behaviour(self, mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor | None:
-        """mu, the actors' log-probs, when pi_old is the learner's recomputed one (for the
-        corrections and the behaviour-mismatch metrics); otherwise pi_old is mu already."""
-        if self.cfg.old_logprobs != "recompute":
-            return None
-        if mb.behaviour_logprobs is None:                 # a dummy micro-batch: empty mask
-            return torch.zeros_like(logp.detach())
-        return mb.behaviour_logprobs.to(logp.device)
 
     def _clip_stage0(self) -> float | None:
         """ZeRO-0 fp32 (see ``clips_itself``): clip to grad_clip, return the pre-clip global norm.

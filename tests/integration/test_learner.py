@@ -443,3 +443,26 @@ def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000005"
     assert buf3.pending_groups(cfg.consumer) == [] and all(buf3.is_consumed(g.group_id) for g in batches[4])
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000004", "step_000005"]
+
+
+def test_corrections_see_the_behaviour_logprobs(ranks, world, redis_url, policy, run_dir):
+    """Recompute + truncated IS: pi_old is the learner's, mu the actors' (shifted here by -0.5, so
+    pi_old / mu = e^0.5 = 1.65 on every token, under the cap C = 2): the loss is weighted by it and the
+    behaviour mismatch is reported."""
+    from learner.config import TruncatedIS
+
+    cfg = learner_cfg(mode="off_policy", max_lag=4, old_logprobs="recompute",
+                      loss=PolicyLossConfig(correction=TruncatedIS(cap=2.0)))
+    buf = make_buffer(redis_url, "tis")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    set_weights(policy, ranks.call("full_state_dict")[0])
+    for g in make_groups(policy, 4, learner.version, seed=11):
+        for r in g.responses:
+            r.logprobs = r.logprobs - 0.5
+        buf.put_group(g)
+    m = learner.step()
+    assert m["ratio/mean"] == pytest.approx(1.0, abs=1e-4)                  # the clip sees pi_old = learner's
+    assert m["correction/ratio/mean"] == pytest.approx(np.exp(0.5), rel=1e-3)
+    assert m["correction/weight/mean"] == pytest.approx(np.exp(0.5), rel=1e-3) and m["correction/capped_frac"] == 0
+    # k3 estimate of KL(mu || pi_old) on tokens sampled from mu: k - 1 - log k with k = pi_old / mu = e^0.5
+    assert m["mismatch/behaviour_kl_k3"] == pytest.approx(np.exp(0.5) - 1 - 0.5, rel=1e-3)
