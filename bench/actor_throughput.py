@@ -180,7 +180,7 @@ def main() -> int:
     from actors.factory import create_generation_actors, fan_out, start_loops
     from buffer import EmbeddedRedis, RunBuffer
     from launch.tiny.build import ensure_tiny_world
-    from launch.tiny.task import read_jsonl
+    from launch.tiny.task import read_problems
 
     variants = [v.strip() for v in args.scoring.split(",") if v.strip()]
     unknown = set(variants) - {"inline", "none"}
@@ -189,7 +189,7 @@ def main() -> int:
     world = ensure_tiny_world()
     model_dir = str(world.model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    problems = read_jsonl(world.train_path)
+    problems = read_problems(world.train_path)
     if len(problems) < max(args.prompts, args.warmup_prompts):
         problems = problems * (max(args.prompts, args.warmup_prompts) // len(problems) + 1)
     cfg = ActorConfig(num_actors=1, max_model_len=args.max_model_len, max_prompts_in_flight=args.max_prompts_in_flight,

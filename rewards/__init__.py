@@ -3,7 +3,7 @@ pool, and avg@n / pass@k evaluation. Imports none of the other lagrl packages.
 
     from rewards import RewardConfig, RewardResult, ScoreRequest, score_group
     from rewards.workers import RewardPool           # Ray actors (imports ray)
-    from rewards.evaluate import load_problems, evaluate_completions
+    from rewards.problems import load_problems; from rewards.evaluate import evaluate_completions
 """
 
 from rewards.config import RewardConfig

@@ -12,24 +12,14 @@ each Sky-T1 stage; with k = n it reads the fraction of problems solved at least 
 
 from __future__ import annotations
 
-import json
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rewards.config import RewardConfig
+from rewards.problems import Problem
 from rewards.result import RewardResult
 from rewards.scoring import score_group
-
-
-@dataclass(frozen=True)
-class Problem:
-    id: str
-    data_source: str
-    problem: str
-    answer: str
 
 
 @dataclass(frozen=True)
@@ -113,32 +103,3 @@ def evaluate_completions(problems: Sequence[Problem], completions: Sequence[Sequ
         raise ValueError("one list of completions per problem")
     results = [score_group(texts, p.answer, p.data_source, cfg) for p, texts in zip(problems, completions)]
     return evaluate_results(results, [p.data_source for p in problems], ks)
-
-
-def default_data_dir() -> Path:
-    """Where bare names such as "aime24" are looked up: ``$LAGRL_DATA_DIR``, else ``../shared/data``
-    next to the repository when present, else the copy shipped in ``rewards/eval_data``."""
-    if os.environ.get("LAGRL_DATA_DIR"):
-        return Path(os.environ["LAGRL_DATA_DIR"])
-    shared = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    return shared if (shared / "aime24.jsonl").exists() else Path(__file__).resolve().parent / "eval_data"
-
-
-def load_problems(path: str | Path) -> list[Problem]:
-    """Problems from a JSONL file (fields id, data_source, problem, answer); a bare name such as
-    "aime24" or "aime24.jsonl" is looked up in default_data_dir()."""
-    p = Path(path)
-    if not p.exists() and not p.is_absolute():
-        p = default_data_dir() / (p.name if p.suffix == ".jsonl" else f"{p.name}.jsonl")
-    problems = []
-    with open(p, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            try:
-                problems.append(Problem(str(row["id"]), str(row.get("data_source", p.stem)),
-                                        str(row["problem"]), str(row["answer"])))
-            except KeyError as e:
-                raise ValueError(f"{p}:{line_no}: missing field {e}") from None
-    return problems

@@ -72,13 +72,14 @@ def run(cfg: RunConfig) -> RunResult:
     from actors.transport import make_transport
     from buffer import RunBuffer, open_buffer_server
     from buffer.server import write_private
-    from launch.run.data import PromptRenderer, load_problems
+    from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
     from launch.run.feeder import PromptFeeder
     from launch.run.progress import Progress
     from launch.run.prompt_stats import PromptStats
     from launch.run.summary import build_summary, format_summary, read_metrics
     from learner.loop import Learner
+    from rewards.problems import load_problems
     from rewards.workers import RewardPool
 
     started = time.monotonic()

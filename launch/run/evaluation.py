@@ -16,8 +16,9 @@ import numpy as np
 from actors.generation import eval_run_id
 from buffer import RunBuffer
 from buffer.messages import PromptMsg
-from launch.run.data import Problem, PromptRenderer
+from launch.run.data import PromptRenderer
 from rewards.evaluate import curve_ks, summarize
+from rewards.problems import Problem
 
 
 class Evaluator:

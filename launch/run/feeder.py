@@ -28,7 +28,8 @@ import numpy as np
 
 from buffer.messages import PromptMsg
 from buffer.versions import StepClock
-from launch.run.data import Problem, PromptRenderer
+from launch.run.data import PromptRenderer
+from rewards.problems import Problem
 
 
 @dataclass

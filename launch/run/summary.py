@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
+
+from rewards.problems import read_jsonl
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -13,11 +14,7 @@ def read_metrics(path: Path) -> list[dict]:
     appears twice in the file: its last row wins)."""
     if not path.exists():
         return []
-    rows = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            rows[row["step"]] = row
+    rows = {row["step"]: row for row in read_jsonl(path, allow_torn_tail=True)}
     return [rows[s] for s in sorted(rows)]
 
 

@@ -13,7 +13,8 @@ import random
 from dataclasses import asdict
 from pathlib import Path
 
-from rewards.evaluate import Problem as EvalProblem
+from rewards.problems import Problem as EvalProblem
+from rewards.problems import load_problems
 
 PROMPT_TEMPLATE = "Q: {problem}\nA: "
 DATA_SOURCE = "tiny_arith"
@@ -52,7 +53,6 @@ def write_jsonl(problems: list[Problem], path: Path) -> None:
             f.write(json.dumps(asdict(p), sort_keys=True) + "\n")
 
 
-def read_jsonl(path: Path) -> list[Problem]:
-    with open(path) as f:
-        return [Problem(**{k: row[k] for k in ("id", "data_source", "problem", "answer")})
-                for row in map(json.loads, f) if row]
+def read_problems(path: Path) -> list[Problem]:
+    """The world's problems written by :func:`write_jsonl`, with their prompt and solution."""
+    return [Problem(p.id, p.data_source, p.problem, p.answer) for p in load_problems(path)]

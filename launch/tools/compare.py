@@ -25,6 +25,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from rewards.problems import read_jsonl
+
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
@@ -37,29 +39,12 @@ COMPARE_PANELS = (("entropy/mean", ENTROPY_KEYS), ("reward/accuracy", ("reward/a
 
 
 # ---------------------------------------------------------------- loading
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a metrics JSONL file; a torn last line (the run is still writing) is skipped."""
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows
-
-
 def read_run_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of ``<run_dir>/metrics.jsonl`` plus, when none of them is an evaluation row, the
     ``evals`` of ``<run_dir>/summary.json`` (the driver writes evaluation rows to the buffer's
     metrics stream and to the summary, not to the JSONL)."""
     path = Path(path)
-    rows = read_jsonl(path)
+    rows = read_jsonl(path, allow_torn_tail=True)      # the run may still be writing it
     if any(k.startswith("eval/") for row in rows for k in row):
         return rows
     try:

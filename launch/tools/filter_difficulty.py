@@ -17,7 +17,7 @@ dropped and counted as ``too_long``; kept + all-wrong + all-right + too_long = i
 reasons; with ``--stats_responses`` the sampled texts), e.g. to look at the pass-rate distribution.
 
 Input: JSONL or parquet with ``--prompt_key`` (problem) and ``--answer_key`` (answer) fields, as
-``launch.run.data.load_problems`` reads them. Prompts are rendered like the training run renders them
+``rewards.problems.load_problems`` reads them. Prompts are rendered like the training run renders them
 (``launch.run.data.PromptRenderer``: the tokenizer's chat template when it has one, else
 ``{problem}\\n``; ``--tiny``: the tiny world's ``Q: {problem}\\nA: ``). vLLM and torch are imported
 only after the arguments and the input file have been checked, so errors are instant.
@@ -81,7 +81,7 @@ def verdict(correct: int, n: int) -> Verdict:
 
 def read_records(path: str | Path, prompt_key: str, answer_key: str) -> list[dict]:
     """The input's raw records, checked to hold both fields (errors name the row and the fields)."""
-    from launch.run.data import problems_from_rows, read_rows
+    from rewards.problems import problems_from_rows, read_rows
 
     rows = read_rows(path)
     problems_from_rows(rows, path, prompt_key, answer_key)    # raises on a missing field / empty file

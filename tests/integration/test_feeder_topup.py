@@ -7,8 +7,9 @@ import time
 import pytest
 
 from buffer import RunBuffer
-from launch.run.data import Problem, PromptRenderer
+from launch.run.data import PromptRenderer
 from launch.run.feeder import PromptFeeder
+from rewards.problems import Problem
 from buffer.versions import StepClock
 from tests.samples import make_group
 

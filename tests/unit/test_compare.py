@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from launch.tools import compare  # noqa: E402
+from rewards.problems import read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,7 +46,7 @@ def _write_run(root: Path, name: str, rows: list[dict], preset: str | None = Non
 def test_metrics_frame_and_long_format(tmp_path: Path):
     a = _write_run(tmp_path, "run-a", _rows(5, entropy0=0.5, with_eval=True), preset="onpolicy")
     b = _write_run(tmp_path, "run-b", _rows(3, entropy0=0.4, with_eval=False))
-    frames = {compare.jsonl_label(p): compare.metrics_frame(compare.read_jsonl(p)) for p in (a, b)}
+    frames = {compare.jsonl_label(p): compare.metrics_frame(read_jsonl(p, allow_torn_tail=True)) for p in (a, b)}
     assert list(frames) == ["run-a (onpolicy)", "run-b"]
     fa = frames["run-a (onpolicy)"]
     assert len(fa) == 5 and list(fa["step"]) == [0, 1, 2, 3, 4]   # the torn line is skipped

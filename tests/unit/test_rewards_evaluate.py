@@ -10,8 +10,8 @@ import random
 import pytest
 
 from rewards.config import RewardConfig
-from rewards.evaluate import (curve_ks, default_data_dir, evaluate_completions, evaluate_results, load_problems,
-                              pass_at_k, summarize)
+from rewards.evaluate import curve_ks, evaluate_completions, evaluate_results, pass_at_k, summarize
+from rewards.problems import default_data_dir, load_problems
 from rewards.result import RewardResult
 
 T, F = True, False
@@ -128,3 +128,21 @@ def test_evaluate_results_and_errors():
         summarize([[True]], data_sources=["a", "b"])
     with pytest.raises(ValueError):
         summarize([])
+
+
+def test_read_jsonl_names_the_bad_line_and_tolerates_only_a_torn_tail(tmp_path):
+    from rewards.problems import read_jsonl
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2}\n{"a": 3')
+    with pytest.raises(ValueError, match=r"rows.jsonl:4: not JSON"):
+        read_jsonl(path)
+    assert read_jsonl(path, allow_torn_tail=True) == [{"a": 1}, {"a": 2}]
+    path.write_text('{"a": 1}\n[1, 2]\n{"a": 3}\n')
+    with pytest.raises(ValueError, match=r"rows.jsonl:2: expected a JSON object, got list"):
+        read_jsonl(path, allow_torn_tail=True)
+    path.write_text('{"a": 1}\n{"a": \n{"a": 3}\n')                   # not the tail: always an error
+    with pytest.raises(ValueError, match=r"rows.jsonl:2"):
+        read_jsonl(path, allow_torn_tail=True)
+    with pytest.raises(FileNotFoundError):
+        read_jsonl(tmp_path / "missing.jsonl")
