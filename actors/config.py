@@ -31,4 +31,3 @@ class ActorConfig(BaseModel):
     max_restarts: int = Field(3, ge=0, description="Ray restarts a crashed actor this many times; its un-ACKed prompts are reclaimed.")
     heartbeat_s: float = Field(2.0, gt=0.0, description="Seconds between heartbeats in the buffer's actors hash.")
     idle_poll_ms: int = Field(200, ge=1, description="How long an idle actor blocks on the prompts stream per poll.")
-    seed: int = Field(0, ge=0, description="Engine sampling seed (each actor adds its index).")

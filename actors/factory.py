@@ -15,7 +15,7 @@ def actor_name(run_id: str, index: int) -> str:
 
 
 def create_generation_actors(cfg: ActorConfig, run_id: str, redis_url: str, model_dir: str, *,
-                             group_size: int, reward_scorer=None, count: int | None = None,
+                             group_size: int, seed: int = 0, reward_scorer=None, count: int | None = None,
                              buffer_cfg=None, log_dir: str | None = None) -> list[ray.actor.ActorHandle]:
     """Actors are named (findable from a notebook or a fault test) and restarted by Ray on a crash;
     `run` is retried after a restart, so a restarted actor rejoins the loop by itself."""
@@ -27,7 +27,7 @@ def create_generation_actors(cfg: ActorConfig, run_id: str, redis_url: str, mode
             max_restarts=cfg.max_restarts, max_task_retries=-1, max_concurrency=4,
             runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib),
                                       "TOKENIZERS_PARALLELISM": "false"}},
-        ).remote(name, run_id, redis_url, model_dir, cfg, group_size=group_size, reward_scorer=reward_scorer,
+        ).remote(name, run_id, redis_url, model_dir, cfg, group_size=group_size, seed=seed, reward_scorer=reward_scorer,
                  buffer_cfg=buffer_cfg, log_dir=log_dir))
     return handles
 

@@ -67,7 +67,8 @@ class GenerationActorImpl:
     """The actor's body; wrapped with @ray.remote by `actors.factory`."""
 
     def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir: str, cfg: ActorConfig, *,
-                 group_size: int, reward_scorer=None, transport=None, buffer_cfg=None, log_dir: str | None = None):
+                 group_size: int, seed: int = 0, reward_scorer=None, transport=None, buffer_cfg=None,
+                 log_dir: str | None = None):
         """``log_dir``: where the engine logs (``<run>/logs``; None: this process's stdout)."""
         from actors.engine import build_llm
         from actors.transport import make_transport
@@ -84,7 +85,7 @@ class GenerationActorImpl:
         self.scorer = reward_scorer
         index = int(actor_id.rsplit("-", 1)[-1]) if actor_id[-1].isdigit() else 0
         # every prompt in flight runs its whole group at once (the run's group size)
-        self.llm = build_llm(cfg, model_dir, seed=cfg.seed + index,
+        self.llm = build_llm(cfg, model_dir, seed=seed + index,
                              max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16))
         self.engine = self.llm.llm_engine
         self.version = 0

@@ -112,7 +112,7 @@ class BareEngineImpl:
 
         self.cfg = cfg
         # as the actor's index 0 builds it: seed + 0, a whole group per prompt in flight
-        self.llm = build_llm(cfg, model_dir, seed=cfg.seed, max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16))
+        self.llm = build_llm(cfg, model_dir, seed=0, max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16))
 
     def generate(self, prompt_ids: list[list[int]], n: int, max_tokens: int) -> tuple[int, float]:
         """(response tokens, seconds) for one ``LLM.generate`` call over every prompt."""

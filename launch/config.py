@@ -8,8 +8,8 @@
     └── data:    DataConfig                        (model, datasets, stages = response budgets, evaluation)
 
 Settings that several components must agree on live once, at the top: the sampling
-temperature (actors sample at it, the learner divides its logits by it), the group size and
-the per-stage response budget (``data.stages``). The driver hands them down (prompts carry
+temperature (actors sample at it, the learner divides its logits by it), the group size, the
+seed and the per-stage response budget (``data.stages``). The driver hands them down (prompts carry
 them to the actors; the learner gets them as arguments), so no component holds a copy.
 
 Presets (launch/presets.py) build these objects in Python; `--section.field value` overrides
@@ -53,7 +53,6 @@ class DataConfig(BaseModel):
     eval_every: int = Field(0, ge=0, description="Learner steps between avg@n evaluations (0 = only before and after).")
     eval_n: int = Field(4, ge=1, description="Samples per held-out problem for avg@n (AIME: 32).")
     eval_max_problems: int = Field(256, ge=1, description="Cap on held-out problems per evaluation.")
-    shuffle_seed: int = Field(0, ge=0, description="Seed of the training-prompt order.")
 
     def stage_at(self, step: int) -> tuple[int, int]:
         """(stage index, response budget) at learner ``step``; the last stage runs to the end."""
@@ -78,7 +77,8 @@ class RunConfig(BaseModel):
                         pattern=r"^[A-Za-z0-9._-]{1,64}$", description="Namespace of every Redis key of this run.")
     run_dir: str = Field("runs", description="Parent directory; the run writes to run_dir/run_id.")
     steps: int = Field(100, ge=1, description="Learner steps to run.")
-    seed: int = Field(0, ge=0, description="Global seed.")
+    seed: int = Field(0, ge=0, description="The run's one seed: the prompt order, each actor's sampling "
+                      "(seed + actor index), the learner's mini-batch shuffles and torch on its ranks.")
     tiny: bool = Field(False, description="Use the tiny CPU world (built and cached on first use).")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
                                "ablation 0.6): the actors sample at it and the learner divides its logits by it.")

@@ -136,11 +136,11 @@ class RankEngine:
     """A DeepSpeed engine plus the learner's update/scoring/publishing logic for one rank."""
 
     def __init__(self, cfg: LearnerConfig, model_dir: str | Path, rank: int, world: int, device: str,
-                 group_size: int):
+                 group_size: int, seed: int = 0):
         self.cfg, self.rank, self.world, self.device_kind = cfg, rank, world, device
         self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
         self.version = 0
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(seed)
         dtype = resolve_dtype(cfg, device)
         self.ds_config = deepspeed_config(cfg, world, device, group_size)
         self._hf_ds = _zero3_init_context(self.ds_config) if cfg.zero_stage == 3 else None

@@ -77,20 +77,21 @@ class _StepPlan:
 class Learner:
     """Coordinator of one run's learner; owns the step loop, talks to ranks through Ray.
 
-    ``temperature`` and ``group_size`` are the run's (the actors sample with the same): the
-    learner divides its logits by the temperature, and sizes DeepSpeed's bookkeeping by the group.
+    ``temperature``, ``group_size`` and ``seed`` are the run's (the actors sample with the same): the
+    learner divides its logits by the temperature, sizes DeepSpeed's bookkeeping by the group, and
+    seeds its mini-batch shuffles and torch on its ranks with the seed.
     """
 
     def __init__(self, cfg: LearnerConfig, *, buffer, model_dir: str | Path, run_dir: str | Path,
-                 transport: WeightTransport, temperature: float, group_size: int,
+                 transport: WeightTransport, temperature: float, group_size: int, seed: int = 0,
                  ranks: RankGroup | None = None, resume: bool = True):
         self.cfg, self.buffer, self.transport = cfg, buffer, transport
-        self.temperature = temperature
+        self.temperature, self.seed = temperature, seed
         self.model_dir, self.run_dir = str(model_dir), Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._own_ranks = ranks is None
         if ranks is None:
-            ranks = RankGroup(cfg, model_dir, group_size)
+            ranks = RankGroup(cfg, model_dir, group_size, seed)
         else:
             ranks.check_compatible(cfg)
         self.ranks = ranks
@@ -164,7 +165,7 @@ class Learner:
         by_group: dict[int, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             by_group[r.group_index].append(i)
-        schedule = schedule_for(self.mode.batch, seed=cfg.seed * 1_000_003 + self.steps_done,
+        schedule = schedule_for(self.mode.batch, seed=self.seed * 1_000_003 + self.steps_done,
                                 num_groups=len(col.entries))
         plan = _StepPlan(rows=rows, v0=self.version)
         for p in schedule:

@@ -42,8 +42,8 @@ class LearnerRank:
             s.bind((ip, 0))
             return ip, s.getsockname()[1]
 
-    def setup(self, cfg: LearnerConfig, model_dir: str, group_size: int, addr: str, port: int, device: str,
-              local_rank: int) -> dict[str, Any]:
+    def setup(self, cfg: LearnerConfig, model_dir: str, group_size: int, seed: int, addr: str, port: int,
+              device: str, local_rank: int) -> dict[str, Any]:
         # Quiet by default: a run's console is its progress lines. DS_ACCELERATOR named up front
         # spares DeepSpeed's "unable to detect an accelerator" warning; model loads and checkpoint
         # writes show no progress bars.
@@ -68,7 +68,7 @@ class LearnerRank:
                                    auto_mpi_discovery=False, verbose=False)
         from learner.engine import RankEngine
 
-        self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size)
+        self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
                 "ds_config": self.engine.ds_config}
 
@@ -118,7 +118,7 @@ def _cluster_has_gpus() -> bool:
 class RankGroup:
     """N ``LearnerRank`` actors forming one DeepSpeed data-parallel group."""
 
-    def __init__(self, cfg: LearnerConfig, model_dir: str | Path, group_size: int):
+    def __init__(self, cfg: LearnerConfig, model_dir: str | Path, group_size: int, seed: int = 0):
         self.cfg = cfg.model_copy()
         self.signature = cfg.engine_signature()
         self.model_dir = str(model_dir)
@@ -137,7 +137,8 @@ class RankGroup:
         local = _local_ranks([ip for ip, _ in addrs])
         # On GPU each actor sees only its own device (Ray sets CUDA_VISIBLE_DEVICES): LOCAL_RANK 0.
         self.info = self.call_each("setup", [
-            (self.cfg, self.model_dir, group_size, master_addr, port, self.device, local[r] if self.device == "cpu" else 0)
+            (self.cfg, self.model_dir, group_size, seed, master_addr, port, self.device,
+             local[r] if self.device == "cpu" else 0)
             for r in range(n)])
 
     @property

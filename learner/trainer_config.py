@@ -23,7 +23,7 @@ from learner.config import (
 # Fields that shape the DeepSpeed engines: a Learner may only reuse a rank group whose engines
 # were built with the same values (everything else is per-call and may differ).
 ENGINE_FIELDS = ("num_ranks", "zero_stage", "dtype", "device", "gradient_checkpointing", "lr",
-                 "warmup_steps", "weight_decay", "betas", "adam_eps", "grad_clip", "seed")
+                 "warmup_steps", "weight_decay", "betas", "adam_eps", "grad_clip")
 
 
 class LearnerConfig(BaseModel):
@@ -83,7 +83,6 @@ class LearnerConfig(BaseModel):
         "accumulated and normalised by the global token count.")
     gradient_checkpointing: bool = Field(False, description="HF activation checkpointing "
                                          "(recompute activations in backward; less memory, ~30% slower).")
-    seed: int = Field(0, description="Seeds the mini-batch shuffles (per step) and torch on every rank.")
 
     # --- weights, checkpoints, data ----------------------------------------------------------
     sync_interval: int | None = Field(

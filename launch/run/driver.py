@@ -108,18 +108,19 @@ def run(cfg: RunConfig) -> RunResult:
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
                                    model_dir=model_dir, run_dir=run_path,
                                    transport=make_transport(cfg.actors.weight_transport, cfg.run_id),
-                                   temperature=cfg.temperature, group_size=cfg.group_size)
+                                   temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
         if learner.resumed_from:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
         actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, group_size=cfg.group_size,
-                                          reward_scorer=pool, buffer_cfg=cfg.buffer, log_dir=str(run_path / "logs"))
+                                          seed=cfg.seed, reward_scorer=pool, buffer_cfg=cfg.buffer,
+                                          log_dir=str(run_path / "logs"))
         loops = start_loops(actors)
         feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=cfg.learner.batch.rollout_batch,
                               group_size=cfg.group_size, temperature=cfg.temperature,
                               max_model_len=cfg.actors.max_model_len, stage_at=cfg.data.stage_at,
-                              seed=cfg.data.shuffle_seed)
+                              seed=cfg.seed)
         stats = PromptStats(buffer)
         evaluator = None
         if eval_path:

@@ -43,7 +43,7 @@ _ids = itertools.count()
 def learner_cfg(**kw) -> LearnerConfig:
     """A small learner config; batch sizes (rollout_batch, mini_batch, n_reuse, shuffle) may be given flat."""
     batch = dict(rollout_batch=4, mini_batch=4) | {k: kw.pop(k) for k in list(kw) if k in BatchConfig.model_fields}
-    base = dict(lr=LR, adam_eps=ADAM_EPS, weight_decay=0.0, grad_clip=1.0, zero_stage=0, num_ranks=1, seed=0,
+    base = dict(lr=LR, adam_eps=ADAM_EPS, weight_decay=0.0, grad_clip=1.0, zero_stage=0, num_ranks=1,
                 micro_batch_tokens=48,
                 checkpoint_every=0, block_ms=100, data_timeout_s=60.0)
     return LearnerConfig(**(base | kw), batch=BatchConfig(**batch))

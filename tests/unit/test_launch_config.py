@@ -74,8 +74,11 @@ def test_shared_settings_live_once():
     from learner.config import BatchConfig, PolicyLossConfig
     from learner.trainer_config import LearnerConfig
 
-    for model in (ActorConfig, LearnerConfig, PolicyLossConfig, BatchConfig):
-        assert not {"temperature", "group_size", "max_tokens", "max_response_tokens"} & set(model.model_fields)
+    from launch.config import DataConfig
+
+    for model in (ActorConfig, LearnerConfig, PolicyLossConfig, BatchConfig, DataConfig):
+        assert not {"temperature", "group_size", "max_tokens", "max_response_tokens", "seed", "shuffle_seed"} \
+            & set(model.model_fields)
     cfg = apply_overrides(get_preset("onpolicy"), [("temperature", "0.6"), ("group_size", "8")])
     assert (cfg.temperature, cfg.group_size) == (0.6, 8)
 
