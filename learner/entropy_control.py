@@ -118,7 +118,7 @@ class AdaptiveEntropyControl:
         self.steps = int(state["steps"])
 
     def metrics(self) -> dict[str, float]:
-        out = {"entropy/c": self.c}
+        out = {"entropy/c": self.c, "entropy/target": self.cfg.target}   # the notebook draws the target
         if self.cfg.indicator == "previous_step":
             out["entropy/coef"] = self.coef()
         return out

@@ -21,15 +21,16 @@ def rollout_stats(groups: Sequence[Group], present: Sequence[np.ndarray]) -> dic
     (correct under both 0/1 and ±1 reward scales).
     """
     resp = [r for g, keep in zip(groups, present) for r, k in zip(g.responses, keep) if k]
+    stage = {"stage": float(max((g.stage for g in groups), default=0))}   # multi-stage context schedule
     if not resp:
         return {"reward/mean": float("nan"), "reward/accuracy": float("nan"), "length/mean": float("nan"),
-                "length/max": 0.0, "truncation/rate": float("nan")}
+                "length/max": 0.0, "truncation/rate": float("nan"), **stage}
     rewards = np.array([r.reward for r in resp], dtype=np.float64)
     lengths = np.array([r.length for r in resp], dtype=np.float64)
     return {
         "reward/mean": float(rewards.mean()), "reward/accuracy": float((rewards >= 1.0 - 1e-9).mean()),
         "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
-        "truncation/rate": float(np.mean([r.truncated for r in resp])),
+        "truncation/rate": float(np.mean([r.truncated for r in resp])), **stage,
     }
 
 

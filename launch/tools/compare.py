@@ -214,10 +214,34 @@ def shade_guard(ax: Axes, df: pd.DataFrame) -> int:
     return len(spans)
 
 
+def stage_starts(df: pd.DataFrame) -> list[float]:
+    """Steps where a multi-stage run's ``stage`` moves up (a larger response budget starts)."""
+    import pandas as pd
+
+    if "stage" not in df.columns:
+        return []
+    s = df[[STEP, "stage"]].apply(pd.to_numeric, errors="coerce").dropna().sort_values(STEP)
+    return [float(step) for step, prev, cur in zip(s[STEP][1:], s["stage"][:-1], s["stage"][1:]) if cur > prev]
+
+
+def mark_stages(ax: Axes, df: pd.DataFrame) -> int:
+    for i, step in enumerate(stage_starts(df)):
+        ax.axvline(step - 0.5, color="gray", linestyle=":", linewidth=1, label="stage start" if i == 0 else None)
+    return len(stage_starts(df))
+
+
 def plot_entropy(ax: Axes, df: pd.DataFrame) -> int:
-    """entropy/mean (left axis) and the entropy coefficient alpha (right axis) vs step; the steps the
-    lag guard held the run on-policy are shaded."""
+    """entropy/mean (left axis) and the entropy coefficient alpha (right axis) vs step, with the
+    adaptive control's target; the steps the lag guard held the run on-policy are shaded and
+    multi-stage boundaries marked."""
+    import pandas as pd
+
     shade_guard(ax, df)
+    mark_stages(ax, df)
+    if "entropy/target" in df.columns:
+        target = pd.to_numeric(df["entropy/target"], errors="coerce").dropna()
+        if len(target):
+            ax.axhline(float(target.iloc[-1]), color="tab:green", linestyle="--", linewidth=1, label="entropy target")
     n = plot_series(ax, df, ENTROPY_KEYS, "entropy")
     if n and "entropy/coef" in df.columns:
         twin = ax.twinx()
@@ -234,6 +258,7 @@ def plot_reward(ax: Axes, df: pd.DataFrame) -> int:
 
 
 def plot_length(ax: Axes, df: pd.DataFrame) -> int:
+    mark_stages(ax, df)
     return plot_series(ax, df, ("length/mean", "length/max"), "response length (tokens)")
 
 

@@ -127,3 +127,14 @@ def test_guard_spans_are_the_runs_of_on_policy_steps():
     fig, ax = plt.subplots()
     assert compare.shade_guard(ax, df) == 3 and len(ax.patches) == 3
     plt.close(fig)
+
+
+def test_stage_starts_and_the_entropy_target_are_drawn():
+    rows = [{"step": s, "stage": float(s // 3), "entropy/mean": 0.3, "entropy/target": 0.2} for s in range(8)]
+    df = compare.metrics_frame(rows)
+    assert compare.stage_starts(df) == [3.0, 6.0]
+    fig, ax = plt.subplots()
+    assert compare.plot_entropy(ax, df) == 8
+    labels = {line.get_label() for line in ax.get_lines()}
+    assert {"entropy target", "entropy/mean", "stage start"} <= labels
+    plt.close(fig)
