@@ -38,7 +38,7 @@ def test_adaptive_previous_step_timing():
     alphas.append(ctl.coef())
     assert alphas == pytest.approx([0, 0, 0.001, 0.002, 0.0025, 0.0025, 0, 0.0005, 0.0015], abs=1e-12)
     assert cs == pytest.approx([0, 0.001, 0.002, 0.0025, 0.0025, 0.0015, 0.0005, 0.0015], abs=1e-12)
-    assert ctl.steps == 8 and ctl.metrics() == pytest.approx({"entropy/c": 0.0015, "entropy/coef": 0.0015})
+    assert ctl.steps == 8 and ctl.metrics() == pytest.approx({"entropy/c": 0.0015, "entropy/coef": 0.0015, "entropy/target": 0.2})
 
 
 def test_adaptive_current_batch_timing():
