@@ -1,0 +1,105 @@
+"""The science report: the on/off-policy findings of Skywork-OR1 and DAPO, checked with real runs.
+
+    .venv/bin/python -m launch.science                          # every finding, 3 seeds, the CPU worlds
+    .venv/bin/python -m launch.science --findings reuse temperature --seeds 3 --steps 40
+    .venv/bin/python -m launch.science --full --out runs/science-gpu   # the paper-scale presets (GPU cluster)
+    .venv/bin/python -m launch.science --report-only --out runs/science  # rebuild the report from its runs
+
+Writes ``<out>/report.html`` (self-contained: figures inlined) and ``<out>/report.csv`` (a verdict row
+per check) and prints the verdict table. Each finding's arms differ in one factor: the learning rate
+of a comparison is the smallest its arms would get from the world's scaling (the tiny world gives
+runs with more updates per step a smaller one), set for every arm, and the report says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from launch.science.findings import FINDINGS, Finding, finding
+
+
+def _fair(findings: list[Finding], world: str | None, steps: int) -> dict[str, tuple[str, ...]]:
+    """finding key -> overrides every arm gets: the comparison's one learning rate."""
+    from launch.cli import build_config
+    from launch.science.runner import spec_for
+
+    out = {}
+    for f in findings:
+        lrs = []
+        for arm in f.arms:
+            spec = spec_for(f, arm, 0, steps, world)
+            cfg, _ = build_config(spec.argv(Path("unused")), default_preset=arm.preset)
+            lrs.append(cfg.learner.lr)
+        out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--findings", nargs="+", default=["all"], help=f"{[f.key for f in FINDINGS]} or all")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per arm (>= 2 for a verdict; 3 by default)")
+    ap.add_argument("--steps", type=int, default=40, help="learner steps per run")
+    ap.add_argument("--world", choices=("tiny", "reasoning"), default=None,
+                    help="run every finding in this world (default: each finding's own)")
+    ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
+    ap.add_argument("--out", type=Path, default=Path("runs/science"))
+    ap.add_argument("--report-only", action="store_true", help="no runs: the report from the runs in --out")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every arm, e.g. data.eval_max_problems=64 (repeatable)")
+    args = ap.parse_args(argv)
+    extra = tuple(x for kv in args.override for x in (f"--{kv.partition('=')[0]}", kv.partition("=")[2]))
+
+    from launch.science.report import evaluate, figure_png, write_csv, write_html
+    from launch.science.runner import read_rows, run_all, spec_for
+
+    chosen = list(FINDINGS) if args.findings == ["all"] else [finding(k) for k in args.findings]
+    world_of = {f.key: None if args.full else (args.world or f.world) for f in chosen}
+    chosen = [Finding(f.key, f.title, f.source, f.world, f.arms, f.checks, (*f.overrides, *extra), f.notes, f.gpu)
+              for f in chosen]
+    fair = {f.key: f.overrides for f in chosen} if args.full else {}
+    for f in chosen:
+        if not args.full:
+            fair.update(_fair([f], world_of[f.key], args.steps))
+    fair_findings = [Finding(f.key, f.title, f.source, f.world, f.arms, f.checks, fair[f.key], f.notes, f.gpu)
+                     for f in chosen]
+    specs = {(f.key, arm.name, seed): spec_for(f, arm, seed, args.steps, world_of[f.key])
+             for f in fair_findings for arm in f.arms for seed in range(args.seeds)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    if not args.report_only:
+        done = run_all(list(dict.fromkeys(specs.values())), args.out)
+        failed = {k: v["error"] for k, v in done.items() if v["error"]}
+        if failed:
+            print(f"[science] {len(failed)} run(s) failed: {failed}", flush=True)
+
+    results, figures = [], {}
+    for f in fair_findings:
+        rows_by_arm = {}
+        for arm in f.arms:
+            runs = []
+            for seed in range(args.seeds):
+                path = args.out / "runs" / specs[(f.key, arm.name, seed)].key
+                if (path / "summary.json").exists():
+                    runs.append(read_rows(path))
+            rows_by_arm[arm.name] = runs
+        results += evaluate(f, rows_by_arm)
+        figures[f.key] = figure_png(f, rows_by_arm)
+    lrs = ", ".join(f"{f.key} lr {f.overrides[f.overrides.index('--learner.lr') + 1]}" for f in fair_findings
+                    if "--learner.lr" in f.overrides)
+    preamble = (f"{args.seeds} seeds per arm, {args.steps} learner steps per run, "
+                f"{'paper-scale presets' if args.full else 'CPU worlds'}; one learning rate per comparison "
+                f"({lrs or 'the presets'}). Verdict: a two-sided 95% t-interval of the mean paired (by seed) "
+                f"difference on the expected side of 0 (agrees), on the other (disagrees), or containing 0.")
+    html = write_html(results, figures, args.out / "report.html", title="lagrl science report", preamble=preamble)
+    table = write_csv(results, args.out / "report.csv")
+    for r in results:
+        print(f"[verdict] {r.finding.key}: {r.claim}: {r.verdict.line()}")
+    print(f"[science] report {html}\n[science] csv {table}\n[science] {time.monotonic() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The findings the science report checks, each as paired arms that differ in one factor only.
+
+Sources: Skywork-OR1 (He et al. 2025, arXiv:2505.22312, the "MAGIC" recipe and its ablations),
+DAPO (Yu et al. 2025, arXiv:2503.14476). Every arm of one finding runs the same world, steps and
+learning rate (the paper keeps lr fixed across its ablations); a world that needs a smaller lr
+for its reuse arms to be stable gets it for every arm of the comparison, and the report says so.
+``gpu_presets`` name the paper-scale presets of each arm, so the same command runs them on a
+cluster (``python -m launch.science --full``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    preset: str
+    overrides: tuple[str, ...] = ()          # extra CLI overrides, e.g. ("--learner.loss.eps_high", "0.4")
+
+
+@dataclass(frozen=True)
+class Check:
+    claim: str                               # one line: what the paper found
+    statistic: str                           # a key of launch.science.verdict.STATISTICS
+    a: str | None                            # arm name (the reference); None: stat(b) against 0
+    b: str                                   # arm name compared with it
+    expect: Literal["higher", "lower"]       # expected sign of stat(b) - stat(a)
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str
+    title: str
+    source: str
+    world: Literal["tiny", "reasoning"]
+    arms: tuple[Arm, ...]
+    checks: tuple[Check, ...]
+    overrides: tuple[str, ...] = ()          # for every arm: lr, steps budget, eval
+    notes: str = ""
+    gpu: dict[str, str] = field(default_factory=dict)   # arm -> paper-scale preset
+
+
+ONPOLICY = Arm("on-policy (1, D, D)", "reuse1_dr64_dt64")
+REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")
+
+FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        "reuse", "Off-policy sample reuse collapses entropy faster", "Skywork-OR1 §4 (Figure: off-policy ablation)",
+        "reasoning", (ONPOLICY, REUSE4),
+        (Check("reuse-4 (16 updates per rollout batch) keeps less of its entropy than on-policy",
+               "entropy_ratio", ONPOLICY.name, REUSE4.name, "lower"),),
+        gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16"}),
+    Finding(
+        "minibatches", "More mini-batches per rollout batch also speed up collapse", "Skywork-OR1 §4",
+        "reasoning", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt64", ("--learner.mode", "off_policy",
+                                                                         "--learner.max_lag", "4",
+                                                                         "--learner.batch.mini_batch", "16"))),
+        (Check("(1, D_R, D_T) with D_T = D_R/4 keeps less entropy than (1, D, D)",
+               "entropy_ratio", ONPOLICY.name, "(1, D, D/4)", "lower"),),
+        gpu={ONPOLICY.name: "reuse1_dr64_dt64", "(1, D, D/4)": "reuse1_dr64_dt64 + --learner.batch.mini_batch 16"}),
+    Finding(
+        "temperature", "A low sampling temperature collapses faster", "Skywork-OR1 §4 (temperature ablation)",
+        "reasoning", (Arm("tau 1.0", "temp_1"), Arm("tau 0.6", "temp_0.6")),
+        (Check("tau 0.6 keeps less of its entropy than tau 1.0", "entropy_ratio", "tau 1.0", "tau 0.6", "lower"),),
+        gpu={"tau 1.0": "temp_1", "tau 0.6": "temp_0.6"}),
+    Finding(
+        "clip_higher", "Clip-higher keeps entropy up; a large eps_high blows it up",
+        "DAPO §3.1; Skywork-OR1 §4 (clip-higher ablation)", "reasoning",
+        (Arm("eps_high 0.2", "cliphigh_0.2"), Arm("eps_high 0.28", "cliphigh_0.28"),
+         Arm("eps_high 0.5", "cliphigh_0.28", ("--learner.loss.eps_high", "0.5"))),
+        (Check("eps_high 0.28 keeps more entropy than 0.2", "entropy_ratio", "eps_high 0.2", "eps_high 0.28", "higher"),
+         Check("eps_high 0.5 raises entropy above 0.28's", "entropy_ratio", "eps_high 0.28", "eps_high 0.5",
+               "higher")),
+        gpu={"eps_high 0.2": "cliphigh_0.2", "eps_high 0.28": "cliphigh_0.28",
+             "eps_high 0.5": "cliphigh_0.28 + --learner.loss.eps_high 0.5"}),
+    Finding(
+        "entropy_control", "Adaptive entropy control holds entropy near its target",
+        "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "reasoning",
+        (Arm("adaptive", "entropy_adaptive"), Arm("none", "entropy_none"), Arm("fixed 1e-2", "entropy_fixed_0.01")),
+        (Check("without an entropy term entropy ends lower than under adaptive control",
+               "entropy_final", "adaptive", "none", "lower"),
+         Check("a large fixed coefficient (1e-2) drives entropy above adaptive control's",
+               "entropy_final", "adaptive", "fixed 1e-2", "higher"),
+         Check("adaptive control ends closer to its target than no entropy term",
+               "entropy_target_gap", "adaptive", "none", "higher")),
+        gpu={"adaptive": "entropy_adaptive", "none": "entropy_none", "fixed 1e-2": "entropy_fixed_0.01"}),
+    Finding(
+        "multistage", "Multi-stage context lengthening", "Skywork-OR1 §3 (multi-stage training)", "reasoning",
+        (Arm("fixed short budget", "multistage", ("--data.stages", '[{"max_tokens": 64}]')),
+         Arm("64 -> 128 -> 256", "multistage")),
+        (Check("responses grow more under the growing budget", "length_growth",
+               "fixed short budget", "64 -> 128 -> 256", "higher"),
+         Check("accuracy ends higher under the growing budget", "accuracy_final",
+               "fixed short budget", "64 -> 128 -> 256", "higher"),
+         Check("the truncation rate drops when a stage starts", "truncation_drop_at_stage_starts",
+               None, "64 -> 128 -> 256", "higher")),
+        gpu={"fixed short budget": "multistage + --data.stages [{max_tokens: 8192}]", "64 -> 128 -> 256": "multistage"}),
+    Finding(
+        "truncation_mask", "Advantage masks for truncated responses change length growth",
+        "Skywork-OR1 §4 (advantage-mask ablation)", "reasoning",
+        (Arm("mask none", "baseline"), Arm("mask before", "baseline", ("--learner.advantage.truncation_mask", "before")),
+         Arm("mask after", "baseline", ("--learner.advantage.truncation_mask", "after"))),
+        (Check("masking truncated responses before the statistics lets responses grow more",
+               "length_growth", "mask none", "mask before", "higher"),
+         Check("masking them after the statistics lets responses grow more",
+               "length_growth", "mask none", "mask after", "higher")),
+        gpu={"mask none": "baseline", "mask before": "baseline + --learner.advantage.truncation_mask before",
+             "mask after": "baseline + --learner.advantage.truncation_mask after"}),
+)
+
+
+def finding(key: str) -> Finding:
+    for f in FINDINGS:
+        if f.key == key:
+            return f
+    raise KeyError(f"unknown finding {key!r}; choose from {[f.key for f in FINDINGS]}")

@@ -1,0 +1,131 @@
+"""The science report: one self-contained HTML file (figures inlined) and a CSV, a verdict row per check.
+
+Figures per finding: entropy, accuracy, response length and clip fraction vs step; one line per
+arm (the mean over its seeds) with the seeds' min..max shaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from launch.science.findings import Finding
+from launch.science.verdict import STATISTICS, Verdict, judge
+
+PANELS = (("entropy/mean", "entropy"), ("reward/accuracy", "accuracy (training)"),
+          ("length/mean", "response length (tokens)"), ("clip/frac", "clipped-token fraction"))
+CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "verdict", "effect", "spread",
+              "seeds", "t", "stat_a_per_seed", "stat_b_per_seed", "source")
+
+
+@dataclass
+class CheckResult:
+    finding: Finding
+    claim: str
+    statistic: str
+    arm_a: str | None
+    arm_b: str
+    expect: str
+    verdict: Verdict
+
+
+def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict]]]) -> list[CheckResult]:
+    """Verdicts of one finding; ``rows_by_arm[arm]`` = one rows list per seed (seed order)."""
+    out = []
+    for c in finding.checks:
+        stat = STATISTICS[c.statistic]
+        b = [stat(rows) for rows in rows_by_arm.get(c.b, [])]
+        a = [stat(rows) for rows in rows_by_arm.get(c.a, [])] if c.a is not None else [0.0] * len(b)
+        out.append(CheckResult(finding, c.claim, c.statistic, c.a, c.b, c.expect, judge(a, b, c.expect)))
+    return out
+
+
+def write_csv(results: list[CheckResult], path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, CSV_FIELDS)
+        w.writeheader()
+        for r in results:
+            v = r.verdict
+            w.writerow({"finding": r.finding.key, "claim": r.claim, "statistic": r.statistic, "arm_a": r.arm_a or "0",
+                        "arm_b": r.arm_b, "expect": r.expect, "verdict": v.verdict, "effect": _num(v.effect),
+                        "spread": _num(v.spread), "seeds": v.n, "t": _num(v.t),
+                        "stat_a_per_seed": " ".join(_num(x) for x in v.a),
+                        "stat_b_per_seed": " ".join(_num(x) for x in v.b), "source": r.finding.source})
+    return path
+
+
+def _num(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.6g}"
+
+
+def figure_png(finding: Finding, rows_by_arm: dict[str, list[list[dict]]]) -> bytes:
+    """The finding's four panels as a PNG: per arm the mean over seeds, shaded min..max."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.0))
+    for ax, (key, title) in zip(axes, PANELS):
+        for arm, runs in rows_by_arm.items():
+            steps, mean, lo, hi = _band(runs, key)
+            if len(steps):
+                line, = ax.plot(steps, mean, label=arm, linewidth=1.3)
+                ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _band(runs: list[list[dict]], key: str) -> tuple[np.ndarray, ...]:
+    """Steps present in every seed's run, and the mean / min / max of ``key`` over the seeds there."""
+    per_run = [{r["step"]: float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and "updates" in r}
+               for rows in runs]
+    per_run = [p for p in per_run if p]
+    if not per_run:
+        return (np.array([]),) * 4
+    steps = sorted(set.intersection(*(set(p) for p in per_run)))
+    values = np.array([[p[s] for s in steps] for p in per_run])          # (seeds, steps)
+    return np.array(steps), values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path, *, title: str,
+               preamble: str) -> Path:
+    esc = html.escape
+    rows = "".join(
+        f"<tr class='{r.verdict.verdict}'><td>{esc(r.finding.key)}</td><td>{esc(r.claim)}</td>"
+        f"<td>{esc(r.statistic)}</td><td>{esc(r.arm_b)} vs {esc(r.arm_a or '0')}</td><td>{r.expect}</td>"
+        f"<td>{_num(r.verdict.effect)} ± {_num(r.verdict.spread)} (n={r.verdict.n}, t={_num(r.verdict.t)})</td>"
+        f"<td><b>{r.verdict.verdict}</b></td></tr>" for r in results)
+    sections = []
+    for f in {r.finding.key: r.finding for r in results}.values():
+        checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, {esc(r.verdict.line())}</li>"
+                         for r in results if r.finding.key == f.key)
+        arms = "".join(f"<li><code>{esc(a.name)}</code>: preset <code>{esc(a.preset)}</code> "
+                       f"{esc(' '.join((*f.overrides, *a.overrides)))}</li>" for a in f.arms)
+        img = base64.b64encode(figures[f.key]).decode() if f.key in figures else ""
+        sections.append(
+            f"<h2>{esc(f.title)}</h2><p>{esc(f.source)}. World: {f.world}. {esc(f.notes)}</p>"
+            f"<p>Arms (everything else equal, the learning rate included):</p><ul>{arms}</ul><ul>{checks}</ul>"
+            + (f"<img alt='{esc(f.key)}' src='data:image/png;base64,{img}'>" if img else ""))
+    path.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>"
+        "body{font-family:sans-serif;max-width:1400px;margin:2em auto}td,th{border:1px solid #ccc;padding:4px}"
+        "table{border-collapse:collapse}.agrees{background:#e6f5e6}.disagrees{background:#fbe3e3}"
+        ".inconclusive{background:#f5f5e0}img{max-width:100%}</style></head><body>"
+        f"<h1>{esc(title)}</h1><p>{esc(preamble)}</p>"
+        "<table><tr><th>finding</th><th>claim</th><th>statistic</th><th>compared</th><th>expected</th>"
+        f"<th>effect ± sd over seeds</th><th>verdict</th></tr>{rows}</table>{''.join(sections)}</body></html>")
+    return path

@@ -1,0 +1,122 @@
+"""From runs to verdicts: one statistic per run, paired differences across seeds, agree / disagree / inconclusive.
+
+Pure functions of metrics rows (``metrics.jsonl``), testable without a run. A check compares arm
+B with arm A on one statistic; seeds pair the runs (seed s of A with seed s of B), so what varies
+with the seed (prompt order, sampling) cancels in the difference d_s = stat(B, s) - stat(A, s).
+The effect is mean(d) with its spread sd(d) across seeds; the verdict asks whether a two-sided
+95% t-interval of the mean difference excludes 0:
+
+    agrees        the interval lies on the expected side of 0
+    disagrees     it lies on the other side
+    inconclusive  it contains 0 (or fewer than 2 seeds)
+
+A finding that does not reproduce is reported as measured: nothing here is tuned per finding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+Rows = Sequence[dict]
+# two-sided 95% quantiles of Student's t by degrees of freedom (seeds - 1)
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+WINDOW = 0.2            # first / last fraction of a run's steps a statistic averages over
+
+
+def _series(rows: Rows, key: str) -> np.ndarray:
+    """``key`` per step, in step order, NaN where a row lacks it."""
+    ordered = sorted(rows, key=lambda r: r["step"])
+    return np.array([float(r[key]) if isinstance(r.get(key), (int, float)) else np.nan for r in ordered])
+
+
+def _window_mean(values: np.ndarray, where: Literal["first", "last"]) -> float:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return math.nan
+    k = max(1, int(round(len(values) * WINDOW)))
+    return float(np.mean(values[:k] if where == "first" else values[-k:]))
+
+
+def entropy_ratio(rows: Rows) -> float:
+    """Mean entropy of the last 20% of steps over that of the first 20%: how much of its entropy a
+    run kept (< 1: it fell). A ratio, so runs that start at different levels (temperature 0.6 vs
+    1.0) compare by how fast they collapse, not by where they start."""
+    e = _series(rows, "entropy/mean")
+    return _window_mean(e, "last") / _window_mean(e, "first")
+
+
+def entropy_final(rows: Rows) -> float:
+    return _window_mean(_series(rows, "entropy/mean"), "last")
+
+
+def entropy_target_gap(rows: Rows) -> float:
+    """|final entropy - the adaptive control's target| (NaN without a target)."""
+    return abs(entropy_final(rows) - _window_mean(_series(rows, "entropy/target"), "last"))
+
+
+def length_growth(rows: Rows) -> float:
+    """Mean response length of the last 20% of steps minus that of the first 20% (tokens)."""
+    lengths = _series(rows, "length/mean")
+    return _window_mean(lengths, "last") - _window_mean(lengths, "first")
+
+
+def accuracy_final(rows: Rows) -> float:
+    """The last held-out evaluation (eval/avg@n) when the run has one, else the training accuracy
+    of the last 20% of steps."""
+    evals = [r for r in rows if isinstance(r.get("eval/avg@n"), (int, float))]
+    if evals:
+        return float(max(evals, key=lambda r: r["step"])["eval/avg@n"])
+    return _window_mean(_series(rows, "reward/accuracy"), "last")
+
+
+def truncation_drop_at_stage_starts(rows: Rows) -> float:
+    """Mean over stage starts of (truncation rate on the last step before - on the first step of the
+    new stage): positive when a larger budget cuts fewer responses. NaN for a single-stage run."""
+    stage, trunc = _series(rows, "stage"), _series(rows, "truncation/rate")
+    drops = [trunc[i - 1] - trunc[i] for i in range(1, len(stage)) if stage[i] > stage[i - 1]]
+    drops = [d for d in drops if np.isfinite(d)]
+    return float(np.mean(drops)) if drops else math.nan
+
+
+STATISTICS: dict[str, Callable[[Rows], float]] = {
+    "entropy_ratio": entropy_ratio, "entropy_final": entropy_final, "entropy_target_gap": entropy_target_gap,
+    "length_growth": length_growth, "accuracy_final": accuracy_final,
+    "truncation_drop_at_stage_starts": truncation_drop_at_stage_starts,
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: Literal["agrees", "disagrees", "inconclusive"]
+    effect: float                        # mean paired difference stat(B) - stat(A)
+    spread: float                        # its standard deviation across seeds
+    n: int                               # seeds with both runs
+    t: float                             # effect / standard error
+    a: list[float] = field(default_factory=list)   # stat(A) per seed
+    b: list[float] = field(default_factory=list)   # stat(B) per seed
+
+    def line(self) -> str:
+        return (f"{self.verdict}: effect {self.effect:+.4f} ± {self.spread:.4f} (sd over {self.n} seeds, "
+                f"t = {self.t:+.2f})")
+
+
+def judge(a: Sequence[float], b: Sequence[float], expect: Literal["higher", "lower"]) -> Verdict:
+    """The verdict on ``stat(B) - stat(A)`` being ``expect`` (paired by position = seed)."""
+    pairs = [(x, y) for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y)]
+    d = np.array([y - x for x, y in pairs])
+    n = len(d)
+    if n == 0:
+        return Verdict("inconclusive", math.nan, math.nan, 0, math.nan, list(a), list(b))
+    effect = float(d.mean())
+    spread = float(d.std(ddof=1)) if n > 1 else math.nan
+    se = spread / math.sqrt(n) if n > 1 else math.nan
+    t = effect / se if n > 1 and se > 0 else (math.copysign(math.inf, effect) if n > 1 and effect else math.nan)
+    verdict: Literal["agrees", "disagrees", "inconclusive"] = "inconclusive"
+    if n > 1 and math.isfinite(effect) and abs(t) > T95.get(n - 1, 1.96):
+        sign = 1 if expect == "higher" else -1
+        verdict = "agrees" if effect * sign > 0 else "disagrees"
+    return Verdict(verdict, effect, spread, n, t, list(a), list(b))
