@@ -187,7 +187,7 @@ class Learner:
 
         Returns (per-update loss metrics reduced over ranks, per-update rank-0 info, sync seconds).
         """
-        cfg, world, n = self.cfg, self.ranks.world, len(plan.rank_plans)
+        world, n = self.ranks.world, len(plan.rank_plans)
         rows_ref, per_update, infos, sync_s, chunk = ray.put(plan.rows), [], [], 0.0, []
         for u in range(n):
             chunk.append(u)
