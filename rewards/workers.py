@@ -18,6 +18,7 @@ re-exported here for callers that have no Ray (tests, evaluation, GenerationActo
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
 
 import ray
@@ -57,17 +58,22 @@ RewardWorker = ray.remote(_RewardWorkerImpl)
 
 
 class RewardPool:
-    """N RewardWorker actors behind least-loaded dispatch. Picklable (actor handles travel, the
-    in-flight bookkeeping starts empty in each copy), so a driver can create one and pass it to
-    generation actors, which call `score` from their scoring threads."""
+    """N RewardWorker actors behind least-loaded dispatch. Picklable, so a driver can create one and
+    pass it to generation actors, which call `score` from their scoring threads.
+
+    A copy travels as the workers' names, not their handles, and looks them up on arrival: an actor
+    constructor argument that holds handles is kept by reference, and a restarted actor could lose
+    it (Ray warns about exactly that); names never go stale. The in-flight bookkeeping starts empty
+    in each copy."""
 
     def __init__(self, num_workers: int | None = None, cfg: RewardConfig | None = None):
         self.cfg = cfg or RewardConfig()
         n = num_workers or self.cfg.resolved_num_workers()
+        self.names = [f"lagrl-reward-{uuid.uuid4().hex[:12]}-{i}" for i in range(n)]
         # Scoring is idempotent, so a crashed worker is restarted and its groups retried.
-        self.workers = [RewardWorker.options(num_cpus=self.cfg.worker_num_cpus, max_restarts=-1,
+        self.workers = [RewardWorker.options(name=name, num_cpus=self.cfg.worker_num_cpus, max_restarts=-1,
                                              max_task_retries=2).remote(self.cfg.model_dump())
-                        for _ in range(n)]
+                        for name in self.names]
         ray.get([w.ready.remote() for w in self.workers])
         self._init_bookkeeping()
 
@@ -76,10 +82,11 @@ class RewardPool:
         self._in_flight: list[list[ray.ObjectRef]] = [[] for _ in self.workers]
 
     def __getstate__(self) -> dict:
-        return {"cfg": self.cfg, "workers": self.workers}
+        return {"cfg": self.cfg, "names": self.names}
 
     def __setstate__(self, state: dict) -> None:
-        self.cfg, self.workers = state["cfg"], state["workers"]
+        self.cfg, self.names = state["cfg"], state["names"]
+        self.workers = [ray.get_actor(name) for name in self.names]
         self._init_bookkeeping()
 
     def submit(self, request: ScoreRequest) -> ray.ObjectRef:
