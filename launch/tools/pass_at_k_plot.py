@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launch.tools.compare import STEP, _finite, _no_data
+from launch.tools.plots import STEP, _finite, _no_data
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from launch.tools import compare  # noqa: E402
+from launch.tools import compare, plots  # noqa: E402
 from rewards.problems import read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_metrics_frame_and_long_format(tmp_path: Path):
     ent = long[(long.run == "run-b") & (long.metric == "entropy/mean")]
     assert ent["value"].tolist() == pytest.approx([0.4, 0.39, 0.38])
 
-    latest, total = compare.lag_hist(fa)
+    latest, total = plots.lag_hist(fa)
     assert latest == {0: 10.0, 1: 4.0}                          # JSON string keys are back to ints
     assert total == {0: 50.0, 1: 10.0}
 
@@ -101,9 +101,9 @@ def test_plots_tolerate_missing_metrics():
     empty = compare.metrics_frame([])
     fig, axes = plt.subplots(2, 5)
     for frame, row in ((df, axes[0]), (empty, axes[1])):
-        counts = [compare.plot_entropy(row[0], frame), compare.plot_reward(row[1], frame),
-                  compare.plot_lag_hist(row[2], frame), compare.plot_clip(row[3], frame),
-                  compare.plot_actor_throughput(row[4], {"a0": {"tokens_per_s": None}})]
+        counts = [plots.plot_entropy(row[0], frame), plots.plot_reward(row[1], frame),
+                  plots.plot_lag_hist(row[2], frame), plots.plot_clip(row[3], frame),
+                  plots.plot_actor_throughput(row[4], {"a0": {"tokens_per_s": None}})]
         assert counts == [0, 0, 0, 0, 0]
     assert compare.long_frame({"x": empty}).empty
     plt.close(fig)
@@ -111,7 +111,7 @@ def test_plots_tolerate_missing_metrics():
 
 def test_actor_throughput_bars():
     fig, ax = plt.subplots()
-    n = compare.plot_actor_throughput(ax, {"actor-1": {"tokens_per_s": 900.0, "version": 3, "time": 100.0},
+    n = plots.plot_actor_throughput(ax, {"actor-1": {"tokens_per_s": 900.0, "version": 3, "time": 100.0},
                                            "actor-0": {"tokens_per_s": 1200.0, "version": 3, "time": 95.0}},
                                       now=101.0)
     assert n == 2
@@ -122,19 +122,19 @@ def test_actor_throughput_bars():
 def test_guard_spans_are_the_runs_of_on_policy_steps():
     df = compare.metrics_frame([{"step": s, "guard/on_policy": float(on)}
                                 for s, on in enumerate([0, 1, 1, 0, 0, 1, 0, 1])])
-    assert compare.guard_spans(df) == [(1, 2), (5, 5), (7, 7)]
-    assert compare.guard_spans(compare.metrics_frame([{"step": 0, "entropy/mean": 0.3}])) == []
+    assert plots.guard_spans(df) == [(1, 2), (5, 5), (7, 7)]
+    assert plots.guard_spans(compare.metrics_frame([{"step": 0, "entropy/mean": 0.3}])) == []
     fig, ax = plt.subplots()
-    assert compare.shade_guard(ax, df) == 3 and len(ax.patches) == 3
+    assert plots.shade_guard(ax, df) == 3 and len(ax.patches) == 3
     plt.close(fig)
 
 
 def test_stage_starts_and_the_entropy_target_are_drawn():
     rows = [{"step": s, "stage": float(s // 3), "entropy/mean": 0.3, "entropy/target": 0.2} for s in range(8)]
     df = compare.metrics_frame(rows)
-    assert compare.stage_starts(df) == [3.0, 6.0]
+    assert plots.stage_starts(df) == [3.0, 6.0]
     fig, ax = plt.subplots()
-    assert compare.plot_entropy(ax, df) == 8
+    assert plots.plot_entropy(ax, df) == 8
     labels = {line.get_label() for line in ax.get_lines()}
     assert {"entropy target", "entropy/mean", "stage start"} <= labels
     plt.close(fig)
