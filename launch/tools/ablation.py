@@ -48,18 +48,32 @@ def summarize(preset: str, result) -> dict:
             "eval_steps": [e.get("step") for e in evals], "eval_avg@n": [e.get("eval/avg@n") for e in evals]}
 
 
+def fair_configs(presets: list[str], run_dir: Path, *, tiny: bool, steps: int | None, prefix: str,
+                 overrides: list[str]) -> tuple[list, float]:
+    """Every preset's config, resolved before any run (a bad preset or override fails first), with one
+    learning rate: an ablation holds all but the ablated factor equal, the learning rate included (the
+    paper keeps it fixed). The world's scaling may give each preset its own (the tiny world lowers it
+    with the updates per step); every preset gets the smallest, and it is printed."""
+    from launch.cli import build_config
+
+    def resolve(extra: list[str]) -> list:
+        return [build_config(preset_argv(preset, tiny=tiny, steps=steps, run_dir=run_dir, run_id=f"{prefix}-{preset}",
+                                         overrides=overrides + extra), preset)[0] for preset in presets]
+
+    cfgs = resolve([])
+    lr = min(c.learner.lr for c in cfgs)
+    if len({c.learner.lr for c in cfgs}) > 1:
+        print(f"[ablation] one learning rate for every preset: {lr:g} (the smallest their scaling gives)", flush=True)
+        cfgs = resolve(["--learner.lr", repr(lr)])
+    return cfgs, lr
+
+
 def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, steps: int | None = None,
                  prefix: str | None = None, overrides: list[str] | None = None) -> dict:
     """Run every preset, write compare.png / compare.csv / ablation.json under ``out``; returns the json."""
-    from launch.cli import build_config
-
     out = Path(out)
     prefix = prefix or time.strftime("abl-%Y%m%d-%H%M%S")
-    cfgs = []
-    for preset in presets:     # resolve every config first: a bad preset/override fails before any run
-        cfg, _ = build_config(preset_argv(preset, tiny=tiny, steps=steps, run_dir=out / "runs",
-                                          run_id=f"{prefix}-{preset}", overrides=overrides or []), preset)
-        cfgs.append(cfg)
+    cfgs, lr = fair_configs(presets, out / "runs", tiny=tiny, steps=steps, prefix=prefix, overrides=overrides or [])
 
     import matplotlib
 
@@ -68,7 +82,7 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     from launch.tools import compare
 
     _init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
-    frames, report = {}, {"presets": presets, "out": str(out), "runs": []}
+    frames, report = {}, {"presets": presets, "out": str(out), "lr": lr, "runs": []}
     for preset, cfg in zip(presets, cfgs):
         print(f"[ablation] === {preset}: {cfg.steps} steps, run {cfg.run_id} ===", flush=True)
         try:

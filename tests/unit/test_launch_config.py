@@ -96,3 +96,15 @@ def test_cli_exits_2_with_the_message(capsys):
     assert exc.value.code == 2 and "unknown config key --learner.nope" in capsys.readouterr().err
     cfg, print_only = build_config(["--tiny", "--print-config", "--steps", "3"], default_preset="offpolicy_reuse4")
     assert print_only and cfg.steps == 3 and cfg.preset == "offpolicy_reuse4" and cfg.tiny
+
+
+def test_ablation_holds_the_learning_rate_equal(tmp_path, capsys):
+    from launch.tools.ablation import fair_configs
+
+    cfgs, lr = fair_configs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t", overrides=[])
+    # the tiny world gives reuse-4 (16 updates per step) lr / 4: both arms get that one
+    assert [c.learner.lr for c in cfgs] == [lr, lr] == [scale_to_tiny(get_preset("offpolicy_reuse4")).learner.lr] * 2
+    assert "one learning rate for every preset" in capsys.readouterr().out
+    cfgs, lr2 = fair_configs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t",
+                             overrides=["--learner.lr", "3e-4"])
+    assert lr2 == 3e-4 and {c.learner.lr for c in cfgs} == {3e-4}
