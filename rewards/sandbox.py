@@ -71,6 +71,8 @@ from typing import Any, Literal
 
 import psutil
 
+from rewards import _sandbox_cgroup
+
 _INIT = str(Path(__file__).with_name("_sandbox_init.py"))
 # The launcher's (and so the program's) whole environment: nothing is inherited from the worker.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp",
@@ -86,6 +88,7 @@ class SandboxLimits:
     max_procs: int = 32           # RLIMIT_NPROC for the sandbox uid
     tmpfs_mb: int = 64            # private /tmp (and working directory) size
     namespaces: bool = True       # False: fallback path (no network isolation), for tests
+    memory_cgroup: bool = True    # False: no per-sandbox cgroup (the seccomp + RSS path), for tests
 
 
 @dataclass(frozen=True)
@@ -141,11 +144,12 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
         return []
     base = tempfile.mkdtemp(prefix="lagrl-sbx-")
     os.chmod(base, 0o711)
-    uid = 100_000 + secrets.randbelow(1 << 24) if os.geteuid() == 0 else None
-    job = {"code": code, "tests": [asdict(t) for t in tests], "timeout_s": limits.timeout_s,
+    uid = 100_000 + secrets.randbelow(1 << 24) if os.geteuid() == 0 else None  # the judge's: uid + 2**24
+    cgroup = _sandbox_cgroup.create(limits.memory_mb << 20) if limits.memory_cgroup else None
+    job = {"code": code, "tests": [_test_entry(t, i, base) for i, t in enumerate(tests)], "timeout_s": limits.timeout_s,
            "memory_mb": limits.memory_mb, "max_output_bytes": limits.max_output_bytes,
            "max_procs": limits.max_procs, "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces,
-           "uid": uid, "base": base}
+           "uid": uid, "base": base, "cgroup": cgroup}
     deadline = len(tests) * (limits.timeout_s + 1.0) + 20.0  # start-up + per-test kill/reap slack
     proc, report = None, None
     try:
@@ -168,11 +172,29 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
             _kill_session(proc.pid)
         if report is None or "pid" not in report.get("isolation", ()):
             _sweep_uid(uid)  # no pid namespace to take the stragglers down with it
+            _sweep_uid(None if uid is None else uid + (1 << 24))
+        if cgroup is not None:
+            _sandbox_cgroup.remove(cgroup)  # kills anything still inside first
         shutil.rmtree(base, ignore_errors=True)
     if "fatal" in report:
         return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
     iso = tuple(report["isolation"])
     return [_result(t, r, iso) for t, r in zip(tests, report["tests"], strict=True)]
+
+
+def _test_entry(test: CodeTest, index: int, base: str) -> dict:
+    """The test as the launcher sees it. An assert test's code goes to a root-only file instead: init
+    opens and unlinks it and only the judge reads it, so neither init's memory (which every forked
+    program process inherits) nor any path holds the assertions and their expected values."""
+    entry = asdict(test)
+    if test.kind == "assert":
+        os.makedirs(os.path.join(base, "judge"), mode=0o700, exist_ok=True)
+        path = os.path.join(base, "judge", str(index))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(entry.pop("code"))
+        entry["code_path"] = path
+    return entry
 
 
 def _result(test: CodeTest, r: dict, isolation: tuple[str, ...]) -> SandboxResult:
