@@ -3,8 +3,9 @@
 Why: per-process limits (RLIMIT_AS) and summed RSS miss memory that no process maps: memfd and
 tmpfs files, SysV segments, socket and pipe buffers. The kernel charges all of those to the cgroup of
 the process that allocated them, and refuses or OOM-kills inside that cgroup at its limit, so a cgroup
-bounds the sandbox as a whole. The host (rewards.sandbox) creates it under its own cgroup and removes
-it; each test process joins it before dropping privileges; init reads its counters per test.
+bounds the sandbox as a whole. The host (rewards.sandbox) creates it under its own cgroup, moves the
+launcher into it before the launcher forks anything (so every sandbox process is born inside), and
+removes it afterwards; init reads its counters per test.
 
 Where it works: cgroup v1 with a writable memory hierarchy (this project's machines: root in a VM),
 or cgroup v2 where our own cgroup already delegates the memory controller to children. Elsewhere
@@ -83,9 +84,13 @@ def create(limit_bytes: int) -> str | None:
     return path
 
 
-def join(path: str) -> None:
-    """Move the calling process into the cgroup (before it drops privileges). Raises OSError."""
-    _write(path, "cgroup.procs", "0")
+def adopt(path: str, pid: int) -> bool:
+    """Move process `pid` (the sandbox's launcher, before it forks anything) into the cgroup."""
+    try:
+        _write(path, "cgroup.procs", str(pid))
+        return True
+    except OSError:
+        return False
 
 
 def counters(path: str) -> tuple[int, int]:

@@ -1,9 +1,10 @@
 """The untrusted side of the code sandbox: runs in a process forked by _sandbox_init, one per test.
 
-Order matters: fds first (so nothing of the host's pipes is reachable), then the memory cgroup and
-limits, then the privilege drop (setuid to a throwaway uid; NPROC is counted per uid, and a non-root
-uid can neither signal init nor undo the limits), then the program. The seccomp filter is already in
-force: init installed it on itself before forking (rewards/_sandbox_seccomp.py).
+Order matters: fds first (so nothing of the host's pipes is reachable), then limits, then the
+privilege drop (setuid to a throwaway uid; NPROC is counted per uid, and a non-root
+uid can neither signal init nor undo the limits), then the program. The seccomp filter and the
+memory cgroup are already in force: they are init's, inherited at fork (rewards/_sandbox_seccomp.py,
+rewards/_sandbox_cgroup.py).
 
 What this process reports, and why forging it gains nothing:
   * stdio tests: stdout and the exit status (compared by the host); a status record goes to fd 3;
@@ -46,9 +47,6 @@ def confine(job: dict, fds: list[int], work: str, uid) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the output cap fails instead
         os.chdir(work)
-        if job.get("cgroup"):
-            with open(os.path.join(job["cgroup"], "cgroup.procs"), "w", encoding="ascii") as f:
-                f.write("0")  # joined before the uid drop: only root may move a process
         memory = job["memory_mb"] << 20
         cpu = int(job["timeout_s"]) + 1
         for res, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),

@@ -145,17 +145,23 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
     base = tempfile.mkdtemp(prefix="lagrl-sbx-")
     os.chmod(base, 0o711)
     uid = 100_000 + secrets.randbelow(1 << 24) if os.geteuid() == 0 else None  # the judge's: uid + 2**24
-    cgroup = _sandbox_cgroup.create(limits.memory_mb << 20) if limits.memory_cgroup else None
-    job = {"code": code, "tests": [_test_entry(t, i, base) for i, t in enumerate(tests)], "timeout_s": limits.timeout_s,
-           "memory_mb": limits.memory_mb, "max_output_bytes": limits.max_output_bytes,
-           "max_procs": limits.max_procs, "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces,
-           "uid": uid, "base": base, "cgroup": cgroup}
     deadline = len(tests) * (limits.timeout_s + 1.0) + 20.0  # start-up + per-test kill/reap slack
-    proc, report = None, None
+    proc, report, cgroup = None, None, None
     try:
+        job = {"code": code, "tests": [_test_entry(t, i, base) for i, t in enumerate(tests)],
+               "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
+               "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
+               "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base}
+        cgroup = _sandbox_cgroup.create(limits.memory_mb << 20) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", _INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
                                 close_fds=True)
+        # Into the cgroup while its interpreter starts (a cgroup move waits out an RCU grace period, ~15 ms
+        # on a quiet machine, hidden here), and before it reads the job: everything it forks is born inside.
+        if cgroup is not None and not _sandbox_cgroup.adopt(cgroup, proc.pid):
+            _sandbox_cgroup.remove(cgroup)
+            cgroup = None
+        job["cgroup"] = cgroup
         try:
             out, err = proc.communicate(json.dumps(job).encode(), timeout=deadline)
         except subprocess.TimeoutExpired:
