@@ -262,6 +262,11 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
             isolation = isolation + ["sockmem"]
         except OSError:
             pass
+    kinds = {t["kind"] for t in job["tests"]}
+    if kinds - {"stdio"}:  # import once here what every call/assert process would import again after fork
+        exec(mods.child.PRELUDE, {})
+    if "assert" in kinds:
+        import ast  # noqa: F401 - the judge parses the test code
     tests = [_run_test(job, i, t, work, cap, is_pid1, mods, sockets) for i, t in enumerate(job["tests"])]
     _write_all(result_fd, json.dumps({"isolation": isolation, "tests": tests}).encode())
 

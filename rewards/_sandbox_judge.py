@@ -22,7 +22,6 @@ Residual: a test that judges with a function the *program* defines (HumanEval's 
 trusts that function.
 """
 
-import ast
 import builtins
 import importlib
 import json
@@ -188,7 +187,9 @@ def _exception(reply: dict) -> BaseException:
     return ProgramError(f"{name}: {message}")
 
 
-def _mentioned_names(tree: ast.AST) -> set[str]:
+def _mentioned_names(tree) -> set[str]:
+    import ast
+
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
 
 
@@ -221,6 +222,8 @@ def _read_all(fd: int) -> bytes:
 
 
 def _judge(code: str, prelude: str, client: _Client) -> None:
+    import ast  # here, not at module level: the launcher loads this module for every run
+
     tree = ast.parse(code, "<tests>")
     ns = {"__name__": "__main__", "__builtins__": builtins}
     exec(prelude, ns)

@@ -20,37 +20,63 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     directory is removed afterwards;
   * bounded time: a wall-clock limit per test enforced by the sandbox's init, RLIMIT_CPU as a
     backstop, and an overall deadline here after which the launcher's session is SIGKILLed;
-  * bounded memory: RLIMIT_AS per process plus a psutil watchdog summing the RSS of a test's
-    whole process tree every 20 ms (catches many processes each under the per-process limit);
+  * bounded memory, per sandbox as a whole: the launcher is moved into a fresh memory cgroup (limit
+    = memory_mb, no swap) before it forks anything, so the kernel charges everything the program
+    holds, including memory no process maps (memfd and tmpfs files, SysV segments, pipe and socket
+    buffers), and refuses or OOM-kills at the limit; init reads the cgroup's limit-hit and OOM-kill
+    counters after each test. Beside it, RLIMIT_AS per process, and a watchdog every 20 ms summing
+    the RSS of the program's processes plus the bytes parked in unix-socket buffers of the sandbox's
+    network namespace (sock_diag), so the limit holds where no cgroup can be made ("cgroup" missing
+    from `isolation`). A test's memory includes files the earlier tests of the same run left in /tmp;
+  * a system-call filter (seccomp, installed on init and inherited by every process of the sandbox):
+    memfd_create and SysV / POSIX-mqueue IPC are refused (memory outside any process), so are
+    unshare, setns and clone with namespace flags (no user namespaces, no new kernel surface),
+    ptrace and process_vm_*, and kernel interfaces no test needs (bpf, perf, io_uring, keyrings,
+    userfaultfd, mount, modules...); see rewards/_sandbox_seccomp.py;
   * bounded processes: RLIMIT_NPROC on a uid nothing else uses (the kernel stops a fork bomb at the
     cap), plus a process-count check in the same watchdog;
   * bounded output: RLIMIT_FSIZE on the capture files, so a print loop fails at the cap instead of
     growing; the host receives at most the cap per test (stderr: its last 8 KiB);
   * nothing survives: init is pid 1 of the namespace, so when it exits the kernel kills every process
-    left, including ones that called setsid(); between tests init kill(-1)s the namespace;
+    left, including ones that called setsid(); between tests init kill(-1)s the namespace; the
+    cgroup is emptied (SIGKILL) and removed last;
   * the host cannot be killed from inside: the program's parent is init (root, pid 1, immune to
     signals from inside its namespace) and the worker lives in another pid namespace;
-  * judged outside: expected outputs never enter the sandbox; stdout and call-test return values
-    (plain data only: an object with `__eq__` returning True is refused) are compared here; the
-    verdict record carries a per-test nonce, so exiting early with a fake "ok" fails.
+  * judged where the program cannot reach: expected outputs never enter the sandbox; stdout and
+    call-test return values (plain data only: an object with `__eq__` returning True is refused) are
+    compared here. Assert tests run in a judge process of their own (rewards/_sandbox_judge.py):
+    another private uid, not dumpable, the test code read from a descriptor only it holds (never in
+    the memory the program's process inherits from init); the program's process only answers its
+    calls with plain data over a socketpair, and the verdict is written where only the judge and
+    init can reach. Walking frames, patching builtins, json or the harness, sys.settrace and gc
+    scans all act on a process whose say no longer counts.
 Limits are applied in a child forked by the launcher, not with Popen(preexec_fn=...): preexec_fn
 is unsafe in threaded processes such as Ray actors, and the worker only ever spawns the launcher.
 
-Residual risks (not defended): kernel exploits (no seccomp filter, no VM); reading world-readable
-files (the repo, the venv, /etc); CPU contention with the host (no cgroup CPU quota); a program
-that deliberately introspects the harness inside its own process (gc, frames) can find the nonce
-and forge an *assert*-test verdict (stdio and call tests are judged outside the process).
-Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
-without CAP_SYS_ADMIN) there is NO network isolation, world-writable host directories are writable,
+Residual risks (not defended): kernel exploits through the calls the filter allows (no VM);
+reading world-readable files (the repo, the venv, /etc); CPU contention with the host (no cgroup
+CPU quota); an assert test that judges with a function the *program* defines trusts it, and a
+program name never shadows a builtin or prelude name in the judge. Assert-test semantics that
+change: values cross the process boundary as plain data (list vs tuple kept exact), test-side
+functions or objects cannot be passed to the program (the test fails), containers passed in are
+updated in place after each call, and a plain-data global of the program is read once, when the test
+starts. Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
+without CAP_SYS_ADMIN) there is NO network isolation, world-writable host directories are writable
+(files left there are removed afterwards when the sandbox had its own uid, but count against no
+limit while it runs unless a cgroup exists), unix-socket buffers are counted only by a cgroup,
 cleanup relies on process-tree/uid sweeps, and if the interpreter lives where the private uid cannot
 read it (e.g. under /root) common stdlib modules are preloaded and other imports fail
 ("preloaded-stdlib"). Without root there is no uid drop: the user's own files are writable,
 /proc/<pid>/environ of the user's other processes is readable (keep secrets out of the worker's
-environment), and a program can kill its launcher (the test then fails with a sandbox error; the
-worker survives, being in another session). The non-root paths are not exercised on this host.
+environment), and a program can kill its launcher or its judge (the test then fails; the worker
+survives, being in another session). Without a seccomp table for the machine's architecture
+(x86-64 and arm64 are built in) "seccomp" is missing from `isolation`. The non-root paths are not
+exercised on this host.
 
-Cost: one launcher per program (~60-130 ms: Python start-up, psutil import, namespace and mount
-setup) and one fork per test (~10 ms); see bench/reward_throughput.py.
+Cost: one launcher per program (~55-130 ms: Python start-up, psutil import, namespace and mount
+setup, the filter; the cgroup move overlaps the start-up) and one fork per test (~5-10 ms; an assert
+test forks its judge too and pays a socket round trip per call into the program); see
+bench/reward_throughput.py.
 """
 
 from __future__ import annotations
@@ -176,9 +202,13 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
     finally:
         if proc is not None:
             _kill_session(proc.pid)
-        if report is None or "pid" not in report.get("isolation", ()):
-            _sweep_uid(uid)  # no pid namespace to take the stragglers down with it
-            _sweep_uid(None if uid is None else uid + (1 << 24))
+        isolation = () if report is None else report.get("isolation", ())
+        uids = () if uid is None else (uid, uid + (1 << 24))  # the program's and the judge's
+        if "pid" not in isolation:
+            for u in uids:
+                _sweep_uid(u)  # no pid namespace to take the stragglers down with it
+        if "mount" not in isolation:
+            _sweep_files(uids)  # no private tmpfs: what the sandbox left in the host's is ours to remove
         if cgroup is not None:
             _sandbox_cgroup.remove(cgroup)  # kills anything still inside first
         shutil.rmtree(base, ignore_errors=True)
@@ -257,6 +287,29 @@ def _sweep_uid(uid: int | None) -> None:
                 p.kill()
         except psutil.Error:
             pass
+
+
+_WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def _sweep_files(uids: tuple[int, ...]) -> None:
+    """Fallback cleanup (no mount namespace): remove what the sandbox's private uids own in the
+    host's world-writable directories (shm_open files, temporary files). Nothing else has those uids."""
+    for directory in _WORLD_WRITABLE:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid not in uids:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 def isolation_report(limits: SandboxLimits = SandboxLimits()) -> tuple[str, ...]:

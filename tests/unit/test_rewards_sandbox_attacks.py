@@ -431,3 +431,23 @@ def _load_init():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_fallback_removes_what_the_program_left_in_world_writable_dirs():
+    """Without a mount namespace /dev/shm and /tmp are the host's: shm_open-style files would outlive
+    the sandbox and count against no limit. They are owned by the sandbox's private uid and removed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs the private uid (root)")
+    r = run_code(src("""
+        import os
+        for d in ("/dev/shm", "/tmp"):
+            with open(os.path.join(d, f"lagrl-left-{os.getpid()}"), "wb") as f:
+                f.write(b"x" * 1024)
+            os.makedirs(os.path.join(d, f"lagrl-dir-{os.getpid()}", "sub"))
+        print(os.getpid())
+    """), limits=FALLBACK)
+    assert r.success, r
+    pid = r.stdout.strip()
+    for d in ("/dev/shm", "/tmp"):
+        assert not os.path.exists(os.path.join(d, f"lagrl-left-{pid}"))
+        assert not os.path.exists(os.path.join(d, f"lagrl-dir-{pid}"))
