@@ -262,8 +262,11 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
             isolation = isolation + ["sockmem"]
         except OSError:
             pass
+    # Work every forked test process would otherwise repeat, done once here: CPython builds its AST
+    # types on the first compile() (~1 ms and ~80 copied pages per fork), and the prelude's imports.
+    compile("pass", "<warm-up>", "exec")
     kinds = {t["kind"] for t in job["tests"]}
-    if kinds - {"stdio"}:  # import once here what every call/assert process would import again after fork
+    if kinds - {"stdio"}:
         exec(mods.child.PRELUDE, {})
     if "assert" in kinds:
         import ast  # noqa: F401 - the judge parses the test code
