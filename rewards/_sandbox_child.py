@@ -35,7 +35,7 @@ PRELUDE = ("import sys, os, math, re, heapq, bisect, itertools, functools, colle
 MAX_REQUEST_BYTES = 1 << 28  # the judge is trusted; this only bounds a garbled frame
 
 
-def confine(job: dict, fds: list[int], work: str, uid) -> None:
+def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000) -> None:
     """Make this freshly forked process safe to run untrusted code in; exits 111 if any step fails."""
     try:
         above = max(max(fds), len(fds)) + 1  # copy everything clear of the targets first: a source fd may be one
@@ -47,6 +47,11 @@ def confine(job: dict, fds: list[int], work: str, uid) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the output cap fails instead
         os.chdir(work)
+        try:  # init is exempt (-1000); at the cgroup's limit the program goes first, the judge after it
+            with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
+                f.write(str(oom_score))
+        except OSError:
+            pass
         memory = job["memory_mb"] << 20
         cpu = int(job["timeout_s"]) + 1
         for res, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),

@@ -218,15 +218,16 @@ def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout", peak
-            if select.select([pidfd], [], [], min(remaining, 0.02))[0]:
-                return "", peak
-            tree = _tree(me)
-            if len(tree) > max_procs + (judge is not None):
+            ended = bool(select.select([pidfd], [], [], min(remaining, 0.02))[0])
+            tree = _tree(me)  # once more after the end: what the program's other processes still hold counts
+            if len(tree) > max_procs + (judge is not None) and not ended:
                 return "procs", peak
             held = _rss([p for p in tree if p.pid != judge]) + (sockets.held() if sockets else 0)
             peak = max(peak, held)
             if peak > mem_limit:
                 return "memory", peak
+            if ended:
+                return "", peak
     finally:
         os.close(pidfd)
 
@@ -247,14 +248,6 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
         isolation = isolation + ["uid"]
     if job["cgroup"]:
         isolation = isolation + ["cgroup"]
-    program = mods.seccomp.filter_program()
-    if program is not None:  # on ourselves, now that the mounts are done: every later fork inherits it
-        mods.seccomp.install(program)
-        isolation = isolation + ["seccomp"]
-    job["nproc"] = job["max_procs"]
-    if job["uid"] is None and os.geteuid() != 0:  # NPROC counts all of this user's tasks: add ours
-        job["nproc"] += sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
-                            if p.info["uids"] and p.info["uids"].real == os.getuid())
     sockets = None
     if "net" in isolation:  # every unix socket of this network namespace is the sandbox's
         try:
@@ -262,6 +255,14 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
             isolation = isolation + ["sockmem"]
         except OSError:
             pass
+    program = mods.seccomp.filter_program()  # after the netlink socket above: the filter refuses new ones
+    if program is not None:  # on ourselves, now that the mounts are done: every later fork inherits it
+        mods.seccomp.install(program)
+        isolation = isolation + ["seccomp"]
+    job["nproc"] = job["max_procs"]
+    if job["uid"] is None and os.geteuid() != 0:  # NPROC counts all of this user's tasks: add ours
+        job["nproc"] += sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
+                            if p.info["uids"] and p.info["uids"].real == os.getuid())
     # Work every forked test process would otherwise repeat, done once here: CPython builds its AST
     # types on the first compile() (~1 ms and ~80 copied pages per fork), and the prelude's imports.
     compile("pass", "<warm-up>", "exec")
@@ -280,8 +281,20 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _oom_score_adj(value: int) -> None:
+    """-1000: never the OOM killer's pick; 1000: its first. Lowering needs root; without it, skip."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
+            f.write(str(value))
+    except OSError:
+        pass
+
+
 def main() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the reward worker died: so do we
+    # At the cgroup's limit the kernel OOM-kills inside it: the program, never the launcher or init
+    # (forked test processes set their own score back up, see _sandbox_child.confine).
+    _oom_score_adj(-1000)
     job = json.loads(sys.stdin.buffer.read())
     for test in job["tests"]:  # assert code: an fd for the judge, never a string in our memory
         path = test.pop("code_path", None)

@@ -9,7 +9,9 @@ any local user may read.
 
 Guaranteed where we run as root with namespaces (this project's machines; checked by
 tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was in force):
-  * no network: a fresh network namespace whose only device, loopback, is down;
+  * no network: a fresh network namespace whose only device, loopback, is down, and no socket
+    families but AF_UNIX, AF_INET and AF_INET6 (the filter below): AF_VSOCK, which no network
+    namespace covers, would reach the hypervisor host of a VM;
   * no secrets from the environment: the launcher starts with a fixed minimal env (nothing is
     inherited from the worker) and the program runs as a throwaway uid in its own pid namespace with
     a fresh /proc, so neither os.environ nor /proc/<pid>/environ of the worker is reachable; home

@@ -47,6 +47,7 @@ def block(code: str) -> str:
 # Contained means: the sandbox flagged the memory, or the program never held more than the limit.
 HOLD = """
 import ctypes, mmap, os, socket, time
+KEEP = []  # what must stay alive (socket objects close when collected)
 def grab(budget_mb):
 {body}
 readers = []
@@ -87,7 +88,7 @@ GRABS = {
             held += 16
         return held""",
     "socket-buffers": """
-        keep, sent = [], 0
+        sent = 0
         for i in range(120):                # fill socketpairs nobody reads
             a, b = socket.socketpair()
             a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
@@ -97,11 +98,11 @@ GRABS = {
                     sent += a.send(b"x" * 65536)
             except BlockingIOError:
                 pass
-            keep += [a, b]
+            KEEP.extend([a, b])
         return sent / 2 ** 20""",
     "pipe-buffers": """
         import fcntl
-        keep, sent = [], 0
+        sent = 0
         for i in range(120):
             r, w = os.pipe()
             try:
@@ -114,7 +115,7 @@ GRABS = {
                     sent += os.write(w, b"x" * 65536)
             except BlockingIOError:
                 pass
-            keep += [r, w]
+            KEEP.extend([r, w])
         return sent / 2 ** 20""",
     "dev-shm-files": """
         held = 0
@@ -132,7 +133,7 @@ GRABS = {
     "anon-shared-mmap": """
         m = mmap.mmap(-1, budget_mb << 20, flags=mmap.MAP_SHARED)
         m.write(b"x" * (budget_mb << 20))
-        globals()["keep"] = m
+        KEEP.append(m)
         return budget_mb""",
 }
 
@@ -144,6 +145,7 @@ def test_memory_outside_rss_is_bounded(route, limits):
     r = run_code(HOLD.format(body=body), limits=limits)
     held = int(r.stdout.split()[-1]) if r.stdout.startswith("held_mb") else 0
     assert r.memory_exceeded or held <= LIMIT_MB, (held, r)
+    assert not r.error.startswith("sandbox"), r  # the kernel's OOM kill took the program, not the sandbox
 
 
 # --- forged verdicts for assert tests -----------------------------------------------------------------
@@ -312,6 +314,26 @@ def test_kernel_surface_is_refused(name, limits):
     r = run_code(PROBE + f"print(*call({x86 if X86 else arm}, {', '.join(map(str, args))}))\n", limits=limits)
     assert r.success, r
     assert r.stdout.split() == ["-1", str(expected)], r
+
+
+@pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
+def test_only_unix_and_ip_sockets(limits):
+    """AF_VSOCK reaches the VM's host whatever the network namespace; netlink, packet and AF_ALG are
+    kernel surface. Only creation is tried: nothing here ever connects anywhere."""
+    r = run_code(src("""
+        import socket
+        for family, kind in ((40, 1), (16, 2), (17, 3), (38, 5), (1, 1), (2, 1), (10, 2)):
+            try:
+                socket.socket(family, kind).close()
+                print(family, "created")
+            except OSError as e:
+                print(family, "refused" if e.errno in (1, 13, 97) else e.errno)
+        socket.socketpair()[0].close()
+        print("socketpair created")
+    """), limits=limits)
+    assert r.success, r
+    assert r.stdout.split("\n")[:8] == ["40 refused", "16 refused", "17 refused", "38 refused", "1 created",
+                                         "2 created", "10 created", "socketpair created"], r
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) here")
