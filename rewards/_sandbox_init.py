@@ -119,7 +119,7 @@ class _Siblings:
 
 
 def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, mods: _Siblings,
-              sockets) -> dict:
+              unseen) -> dict:
     paths = {name: os.path.join(cap_dir, f"{index}.{name}") for name in ("in", "out", "err", "val")}
     with open(paths["in"], "w", encoding="utf-8") as f:
         f.write(test.get("stdin", ""))
@@ -143,7 +143,7 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     for fd in (stdin, out, err, val):
         os.close(fd)
     main = judge or program
-    stop, peak = _watch(main, start + job["timeout_s"], job["memory_mb"] << 20, job["max_procs"], judge, sockets)
+    stop, peak = _watch(main, start + job["timeout_s"], job["memory_mb"] << 20, job["max_procs"], judge, unseen)
     duration = time.monotonic() - start
     statuses = []
     if judge:  # before anything is killed: did the program's process end on its own (SIGXCPU, OOM kill)?
@@ -205,12 +205,12 @@ def _read_record(path: str, cap: int, nonce: str) -> dict | None:
     return record
 
 
-def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int | None, sockets) -> tuple[str, int]:
-    """Wait for the test's main process while polling its subtree (every 20 ms): memory against the
-    limit and process count against max_procs (the only fork cap when the program runs as root,
-    which RLIMIT_NPROC never binds). Memory is the RSS of the program's processes (the judge's own is
-    bounded by its RLIMIT_AS) plus, in a private network namespace, the bytes parked in unix-socket
-    buffers. -> ("" | "timeout" | "memory" | "procs", peak bytes)."""
+def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int | None, unseen) -> tuple[str, int]:
+    """Wait for the test's main process while polling its subtree (every 20 ms, and once after the main
+    process ends): memory against the limit and process count against max_procs (the only fork cap
+    when the program runs as root, which RLIMIT_NPROC never binds). Memory is the RSS of the
+    program's processes (the judge's own is bounded by its RLIMIT_AS) plus `unseen()`: memory no
+    process maps (see _unseen_memory). -> ("" | "timeout" | "memory" | "procs", peak bytes)."""
     me, peak = psutil.Process(), 0
     pidfd = os.pidfd_open(pid)
     try:
@@ -222,7 +222,7 @@ def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int
             tree = _tree(me)  # once more after the end: what the program's other processes still hold counts
             if len(tree) > max_procs + (judge is not None) and not ended:
                 return "procs", peak
-            held = _rss([p for p in tree if p.pid != judge]) + (sockets.held() if sockets else 0)
+            held = _rss([p for p in tree if p.pid != judge]) + (unseen() if unseen else 0)
             peak = max(peak, held)
             if peak > mem_limit:
                 return "memory", peak
@@ -248,14 +248,8 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
         isolation = isolation + ["uid"]
     if job["cgroup"]:
         isolation = isolation + ["cgroup"]
-    sockets = None
-    if "net" in isolation:  # every unix socket of this network namespace is the sandbox's
-        try:
-            sockets = mods.sockets.UnixSocketMemory()
-            isolation = isolation + ["sockmem"]
-        except OSError:
-            pass
-    program = mods.seccomp.filter_program()  # after the netlink socket above: the filter refuses new ones
+    unseen, isolation = _unseen_memory(job, mods, isolation)
+    program = mods.seccomp.filter_program()  # after _unseen_memory's netlink socket: the filter refuses new ones
     if program is not None:  # on ourselves, now that the mounts are done: every later fork inherits it
         mods.seccomp.install(program)
         isolation = isolation + ["seccomp"]
@@ -271,8 +265,46 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
         exec(mods.child.PRELUDE, {})
     if "assert" in kinds:
         import ast  # noqa: F401 - the judge parses the test code
-    tests = [_run_test(job, i, t, work, cap, is_pid1, mods, sockets) for i, t in enumerate(job["tests"])]
+    tests = [_run_test(job, i, t, work, cap, is_pid1, mods, unseen) for i, t in enumerate(job["tests"])]
     _write_all(result_fd, json.dumps({"isolation": isolation, "tests": tests}).encode())
+
+
+def _unseen_memory(job, mods: _Siblings, isolation: list[str]):
+    """What the watchdog adds to RSS: bytes parked in unix-socket buffers of our own network namespace
+    ("sockmem"), and without a private /dev/shm, the size of what the sandbox's uids own in the host's
+    ("shm-files": shm_open and plain files there are memory, and outlive their processes). A cgroup
+    counts both anyway; these keep the limit where none can be made. -> (callable or None, isolation)."""
+    parts = []
+    if "net" in isolation:  # every unix socket of this network namespace is the sandbox's
+        try:
+            parts.append(mods.sockets.UnixSocketMemory().held)
+            isolation = isolation + ["sockmem"]
+        except OSError:
+            pass
+    if "mount" not in isolation and job["uid"] is not None:
+        uids = {job["uid"], job["uid"] + (1 << 24)}
+        parts.append(lambda: _owned_bytes("/dev/shm", uids))
+        isolation = isolation + ["shm-files"]
+    return ((lambda: sum(part() for part in parts)) if parts else None), isolation
+
+
+def _owned_bytes(directory: str, uids: set[int]) -> int:
+    """Allocated bytes (not sizes: a sparse file holds nothing) under `directory` owned by `uids`."""
+    total = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if st.st_uid in uids:
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    total += _owned_bytes(entry.path, uids)
+        except OSError:
+            pass
+    return total
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -26,10 +26,13 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     = memory_mb, no swap) before it forks anything, so the kernel charges everything the program
     holds, including memory no process maps (memfd and tmpfs files, SysV segments, pipe and socket
     buffers), and refuses or OOM-kills at the limit; init reads the cgroup's limit-hit and OOM-kill
-    counters after each test. Beside it, RLIMIT_AS per process, and a watchdog every 20 ms summing
-    the RSS of the program's processes plus the bytes parked in unix-socket buffers of the sandbox's
-    network namespace (sock_diag), so the limit holds where no cgroup can be made ("cgroup" missing
-    from `isolation`). A test's memory includes files the earlier tests of the same run left in /tmp;
+    counters after each test. Beside it, RLIMIT_AS per process, and a watchdog every 20 ms (and once
+    when the test's main process ends) summing the RSS of the program's processes, the bytes parked
+    in unix-socket buffers of the sandbox's network namespace ("sockmem", via sock_diag) and, without
+    a private /dev/shm, what the sandbox's uids own in the host's ("shm-files"), so the limit holds
+    where no cgroup can be made ("cgroup" missing from `isolation`). At the cgroup's limit the
+    kernel's OOM killer takes the program first and never the launcher or init. A test's memory
+    includes files the earlier tests of the same run left in /tmp;
   * a system-call filter (seccomp, installed on init and inherited by every process of the sandbox):
     memfd_create and SysV / POSIX-mqueue IPC are refused (memory outside any process), so are
     unshare, setns and clone with namespace flags (no user namespaces, no new kernel surface),
@@ -64,8 +67,8 @@ functions or objects cannot be passed to the program (the test fails), container
 updated in place after each call, and a plain-data global of the program is read once, when the test
 starts. Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
 without CAP_SYS_ADMIN) there is NO network isolation, world-writable host directories are writable
-(files left there are removed afterwards when the sandbox had its own uid, but count against no
-limit while it runs unless a cgroup exists), unix-socket buffers are counted only by a cgroup,
+(what the sandbox's uid leaves there is removed afterwards; its /dev/shm files count as memory,
+its /tmp files only against RLIMIT_FSIZE each), unix-socket buffers are counted only by a cgroup,
 cleanup relies on process-tree/uid sweeps, and if the interpreter lives where the private uid cannot
 read it (e.g. under /root) common stdlib modules are preloaded and other imports fail
 ("preloaded-stdlib"). Without root there is no uid drop: the user's own files are writable,

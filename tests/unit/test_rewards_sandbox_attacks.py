@@ -16,14 +16,24 @@ import pytest
 
 from rewards.code_reward import score_code
 from rewards.config import RewardConfig
-from rewards.sandbox import CodeTest, SandboxLimits, run_code, run_tests
+from rewards.sandbox import CodeTest, SandboxLimits, isolation_report, run_code, run_tests
 from tests.unit._sandbox_checks import assert_nothing_survives
 
 LIMIT_MB = 256
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=LIMIT_MB, max_output_bytes=4096, max_procs=16)
 NO_CGROUP = SandboxLimits(timeout_s=3.0, memory_mb=LIMIT_MB, max_output_bytes=4096, max_procs=16, memory_cgroup=False)
 FALLBACK = SandboxLimits(timeout_s=3.0, memory_mb=LIMIT_MB, max_output_bytes=4096, max_procs=16, namespaces=False)
+BARE = SandboxLimits(timeout_s=3.0, memory_mb=LIMIT_MB, max_output_bytes=4096, max_procs=16, namespaces=False,
+                     memory_cgroup=False)  # what a container without CAP_SYS_ADMIN or a writable cgroup gets
 CFG = RewardConfig(code_test_timeout_s=3.0, code_memory_mb=LIMIT_MB)
+# What this host grants (root in a VM here: everything; a CI container may lack namespaces or a
+# writable cgroup). A case whose defence the host lacks is skipped with the reason, never weakened.
+GRANTED = {id(limits): set(isolation_report(limits)) for limits in (LIMITS, NO_CGROUP, FALLBACK, BARE)}
+
+
+def needs_any(limits: SandboxLimits, *defences: str) -> None:
+    if not GRANTED[id(limits)] & set(defences):
+        pytest.skip(f"this host grants none of {defences} (got {sorted(GRANTED[id(limits)])})")
 SQUARE = json.dumps({"asserts": ["assert f(2) == 4", "assert f(3) == 9", "assert f(4) == 16"]})
 
 
@@ -66,6 +76,12 @@ for k in range(4):
     readers.append(r)
 print("held_mb", round(sum(float(os.read(r, 16) or 0) for r in readers)))
 """
+# route: the defences of which one suffices (see rewards/sandbox.py). Pipes are capped per user by
+# the kernel (pipe-user-pages-soft) and shared anonymous memory is in RSS, so those need nothing.
+DEFENCES = {"memfd": ("seccomp", "cgroup"), "sysv-shm": ("seccomp", "cgroup"), "socket-buffers": ("sockmem", "cgroup"),
+            "pipe-buffers": (), "dev-shm-files": ("mount", "cgroup", "shm-files"),
+            "posix-shared-memory": ("mount", "cgroup", "shm-files"),
+            "anon-shared-mmap": ()}
 GRABS = {
     "memfd": """
         fds = []
@@ -138,9 +154,11 @@ GRABS = {
 }
 
 
-@pytest.mark.parametrize("limits", [LIMITS, NO_CGROUP], ids=["cgroup", "no-cgroup"])
+@pytest.mark.parametrize("limits", [LIMITS, NO_CGROUP, BARE], ids=["cgroup", "no-cgroup", "bare"])
 @pytest.mark.parametrize("route", list(GRABS))
 def test_memory_outside_rss_is_bounded(route, limits):
+    if DEFENCES[route]:
+        needs_any(limits, *DEFENCES[route])
     body = textwrap.indent(textwrap.dedent(GRABS[route]).strip("\n"), "    ")
     r = run_code(HOLD.format(body=body), limits=limits)
     held = int(r.stdout.split()[-1]) if r.stdout.startswith("held_mb") else 0
@@ -253,6 +271,18 @@ FORGERIES = {
                 except OSError:
                     pass
         def f(x): return 0""",
+    "read-the-judges-files": """
+        import glob, re
+        table = {}
+        for path in glob.glob("/proc/[0-9]*/fd/*") + glob.glob("/proc/[0-9]*/mem") + glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(path, "rb") as handle:
+                    text = handle.read(1 << 16).decode("latin-1")
+            except (OSError, ValueError):
+                continue
+            for arg, want in re.findall(r"f\((\d+)\) == (\d+)", text):
+                table[int(arg)] = int(want)
+        def f(x): return table.get(x, 0)""",
     "shadow-builtins-and-prelude": """
         import math as _m
         class math:                       # the test's math.isclose, abs and max would be ours
@@ -310,6 +340,7 @@ KERNEL_SURFACE = {  # name: (x86-64 number, arm64 number, arguments, errno expec
 @pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
 @pytest.mark.parametrize("name", list(KERNEL_SURFACE))
 def test_kernel_surface_is_refused(name, limits):
+    needs_any(limits, "seccomp")
     x86, arm, args, expected = KERNEL_SURFACE[name]
     r = run_code(PROBE + f"print(*call({x86 if X86 else arm}, {', '.join(map(str, args))}))\n", limits=limits)
     assert r.success, r
@@ -320,6 +351,7 @@ def test_kernel_surface_is_refused(name, limits):
 def test_only_unix_and_ip_sockets(limits):
     """AF_VSOCK reaches the VM's host whatever the network namespace; netlink, packet and AF_ALG are
     kernel surface. Only creation is tried: nothing here ever connects anywhere."""
+    needs_any(limits, "seccomp")
     r = run_code(src("""
         import socket
         for family, kind in ((40, 1), (16, 2), (17, 3), (38, 5), (1, 1), (2, 1), (10, 2)):
@@ -338,6 +370,7 @@ def test_only_unix_and_ip_sockets(limits):
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) here")
 def test_unshare_command_is_refused():
+    needs_any(LIMITS, "seccomp")
     r = run_code(src("""
         import subprocess
         p = subprocess.run(["unshare", "--user", "--map-root-user", "id", "-u"], capture_output=True, text=True)
