@@ -111,11 +111,14 @@ def _read_capped(path: str, cap: int, tail: bool = False) -> tuple[str, bool]:
 
 
 class _Siblings:
-    """The modules loaded by path before the mounts (a checkout under /tmp is hidden afterwards)."""
+    """The modules loaded by path before the mounts (a checkout under /tmp is hidden afterwards); the
+    judge's two only when the job has assert tests."""
 
-    def __init__(self):
-        for name in ("fs", "seccomp", "cgroup", "sockets", "child", "judge", "wire"):
+    def __init__(self, judged: bool):
+        for name in ("fs", "seccomp", "cgroup", "sockets", "child") + (("judge", "wire") if judged else ()):
             setattr(self, name, _load(f"_sandbox_{name}"))
+        if not judged:
+            self.judge = self.wire = None
 
 
 def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, mods: _Siblings,
@@ -334,7 +337,7 @@ def main() -> None:
             test["code_fd"] = os.open(path, os.O_RDONLY)
             os.unlink(path)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    mods = _Siblings()  # before the mounts: a checkout under /tmp is hidden by the private /tmp afterwards
+    mods = _Siblings(any(t["kind"] == "assert" for t in job["tests"]))
     isolation = mods.fs.unshare_any(job)
     if "pid" in isolation:
         child = os.fork()  # the first child after unshare(CLONE_NEWPID) is pid 1 of the namespace
