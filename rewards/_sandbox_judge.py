@@ -4,10 +4,12 @@ functions over a channel (threat model: rewards/sandbox.py).
 Why a separate process: a program that shares an interpreter with its tests can rewrite their outcome
 (walk the frames up to the harness, patch builtins.exec or json.dumps, install sys.settrace, read
 the asserts' expected values out of memory). Here the test code and its expected values never enter
-the program's process. The program's process (rewards/_sandbox_child.py) only answers requests —
-call this, read that attribute, iterate that — with plain data; the judge runs under another private
-uid, is not dumpable (no ptrace, no /proc/<pid>/mem), holds no descriptor the program holds except
-its end of the channel, and writes its verdict to fd 3, which only it and init can reach.
+the program's process: the judge reads the code from a descriptor init opened (and unlinked) before
+anything else, so it is not in init's memory either, which every forked process inherits. The
+program's process (rewards/_sandbox_child.py) only answers requests — call this, read that attribute,
+iterate that — with plain data; the judge runs under another private uid, is not dumpable (no
+ptrace, no /proc/<pid>/mem or fd), holds no descriptor the program holds except its end of the
+channel, and writes its verdict to fd 3, which only it and init can reach.
 
 Names: the test code sees builtins, the prelude, its own definitions and, for any other name it
 mentions, the program's top-level object of that name. A program name never shadows a builtin or a
@@ -18,8 +20,10 @@ What crosses from the program: plain data of exact builtin types (rewards/_sandb
 called, indexed, iterated, measured with len(), turned into str/repr/bool, and its attributes read,
 one request each; it equals only itself and has no arithmetic or ordering, so an object whose
 `__eq__` always says True stays in the program's process, where no assertion ever asks it.
-Residual: a test that judges with a function the *program* defines (HumanEval's `poly` in a prompt)
-trusts that function.
+Containers the test passes in (list, dict, set) come back after each call and are updated in place;
+test-side functions and objects cannot be passed (the test fails); a plain-data global of the program
+is a copy taken when the test starts. Residual: a test that judges with a function the *program*
+defines (HumanEval's `poly` in a prompt) trusts that function.
 """
 
 import builtins
