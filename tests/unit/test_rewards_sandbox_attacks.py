@@ -56,7 +56,7 @@ def block(code: str) -> str:
 # Four children each try to hold 100 MiB (400 MiB against a 256 MiB limit) and report what they got.
 # Contained means: the sandbox flagged the memory, or the program never held more than the limit.
 HOLD = """
-import ctypes, mmap, os, socket, time
+import os, time
 KEEP = []  # what must stay alive (socket objects close when collected)
 def grab(budget_mb):
 {body}
@@ -91,6 +91,7 @@ GRABS = {
             fds.append(fd)
         return len(fds)""",
     "sysv-shm": """
+        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.shmat.restype = ctypes.c_void_p
         held = 0
@@ -104,6 +105,7 @@ GRABS = {
             held += 16
         return held""",
     "socket-buffers": """
+        import socket
         sent = 0
         for i in range(120):                # fill socketpairs nobody reads
             a, b = socket.socketpair()
@@ -147,6 +149,7 @@ GRABS = {
         shm.close()                          # unmapped, the file keeps the pages
         return budget_mb""",
     "anon-shared-mmap": """
+        import mmap
         m = mmap.mmap(-1, budget_mb << 20, flags=mmap.MAP_SHARED)
         m.write(b"x" * (budget_mb << 20))
         KEEP.append(m)
@@ -161,6 +164,8 @@ def test_memory_outside_rss_is_bounded(route, limits):
         needs_any(limits, *DEFENCES[route])
     body = textwrap.indent(textwrap.dedent(GRABS[route]).strip("\n"), "    ")
     r = run_code(HOLD.format(body=body), limits=limits)
+    if "ModuleNotFoundError" in r.stderr:  # "preloaded-stdlib": the interpreter is unreadable to the uid
+        pytest.skip(f"the program cannot import what it needs here ({r.stderr.splitlines()[-1]})")
     held = int(r.stdout.split()[-1]) if r.stdout.startswith("held_mb") else 0
     assert r.memory_exceeded or held <= LIMIT_MB, (held, r)
     assert not r.error.startswith("sandbox"), r  # the kernel's OOM kill took the program, not the sandbox
