@@ -254,8 +254,11 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
     unseen, isolation = _unseen_memory(job, mods, isolation)
     program = mods.seccomp.filter_program()  # after _unseen_memory's netlink socket: the filter refuses new ones
     if program is not None:  # on ourselves, now that the mounts are done: every later fork inherits it
-        mods.seccomp.install(program)
-        isolation = isolation + ["seccomp"]
+        try:
+            mods.seccomp.install(program)
+            isolation = isolation + ["seccomp"]
+        except OSError:  # a kernel or container that refuses filters: reported by its absence
+            pass
     job["nproc"] = job["max_procs"]
     if job["uid"] is None and os.geteuid() != 0:  # NPROC counts all of this user's tasks: add ours
         job["nproc"] += sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
