@@ -94,7 +94,8 @@ def adopt(path: str, pid: int) -> bool:
 
 
 def counters(path: str) -> tuple[int, int]:
-    """(times usage hit the limit, OOM kills) since the cgroup was made; a test reads them before and after."""
+    """(times usage hit the limit, OOM kills) since the cgroup was made; a test reads them before and
+    after. Some kernels keep the first at 0 (v1 here does): an OOM kill is the signal that always counts."""
     if _is_v1(path):
         hits = int(_read(path, "memory.failcnt"))
         fields = dict(line.split() for line in _read(path, "memory.oom_control").splitlines() if line.strip())

@@ -35,8 +35,9 @@ PRELUDE = ("import sys, os, math, re, heapq, bisect, itertools, functools, colle
 MAX_REQUEST_BYTES = 1 << 28  # the judge is trusted; this only bounds a garbled frame
 
 
-def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000) -> None:
-    """Make this freshly forked process safe to run untrusted code in; exits 111 if any step fails."""
+def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000, dumpable: bool = True) -> None:
+    """Make this freshly forked process safe to run untrusted code in; exits 111 if any step fails.
+    The judge passes dumpable=False: its /proc/<pid>/mem and fd entries and ptrace become root-only."""
     try:
         above = max(max(fds), len(fds)) + 1  # copy everything clear of the targets first: a source fd may be one
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]
@@ -67,7 +68,8 @@ def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000) ->
 
         libc = ctypes.CDLL(None)
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # /proc/<pid>/mem, fd and ptrace: root only
+        if not dumpable:
+            libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         os.umask(0o077)
     except BaseException:  # noqa: BLE001 - never run untrusted code half-confined
         os._exit(111)

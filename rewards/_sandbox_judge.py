@@ -201,7 +201,7 @@ def run_judge(job: dict, fds: list[int], work: str, nonce: str, confine, prelude
     """Never returns: confines this process (fds: stdin, stdout, stderr, verdict, channel, test code),
     judges, exits."""
     uid = None if job["uid"] is None else job["uid"] + (1 << 24)  # not the program's uid
-    confine(job, fds, work, uid, oom_score=500)
+    confine(job, fds, work, uid, oom_score=500, dumpable=False)
     verdict = {"status": "ok"}
     try:
         _judge(_read_all(5).decode("utf-8", "replace"), prelude, _Client(4, 16 * job["max_output_bytes"], wire))
