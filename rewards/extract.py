@@ -98,8 +98,8 @@ def final_boxes(text: str, max_chars: int = 4096) -> Boxed:
 
 def _joins(gap: str) -> bool:
     """Does the text between two boxes make them one answer? (see _GAP_NOISE and final_boxes)"""
-    if len(gap) >= _GAP_MAX_CHARS:
-        return False
+    if len(gap) >= _GAP_MAX_CHARS or gap.count("{") != gap.count("}"):
+        return False  # far apart, or the earlier box sits inside something the later one is not in
     rest = _GAP_NOISE.sub(" ", gap).replace("{", "").replace("}", "")
     words = _WORD.findall(rest)
     if not words:

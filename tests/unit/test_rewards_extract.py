@@ -40,6 +40,7 @@ def test_last_boxed(text, content, too_long):
     (r"\boxed{1} no no no no no \boxed{2}", "2"),
     (r"\boxed{1} and " + "x" * 80 + r" \boxed{2}", "2"),        # too far apart
     (r"\boxed{\boxed{8}}", "8"),                                  # an enclosing box is not a neighbour
+    (r"\boxed{\frac{\boxed{1}}{2}} and \boxed{3}", "3"),             # nor is a box nested in an earlier one
     (r"\boxed{1 and \boxed{2}", "2"),                             # nor is an unclosed one
     (r"\boxed{1} and \boxed{2", None),                            # the last box decides: unclosed, no answer
     ("no box", None),
