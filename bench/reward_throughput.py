@@ -17,7 +17,8 @@ Each timed run uses fresh strings (a new seed), so math-verify's LRU caches are 
 The ratio ours/bare is the figure of merit (target >= 0.9 on `distinct`).
 
 Code. Sandbox executions per second: programs with one stdin/stdout test (a launcher per
-program), and tests per second within one program (a fork per test).
+program), and tests per second within one program (a fork per test; an assert test also forks its
+judge, which calls the program over a socketpair).
 """
 
 from __future__ import annotations
@@ -144,6 +145,14 @@ def bench_code(args) -> None:
     t = time.perf_counter() - start
     assert all(r.success for r in runs)
     print(f"  one program, {args.tests} tests:     {args.tests / t:7.1f} tests/s ({1000 * t / args.tests:.1f} ms each)")
+    square = "def f(x):\n    return x * x\n"
+    asserts = [CodeTest("assert", code=f"assert f({i}) == {i * i}") for i in range(args.tests)]
+    start = time.perf_counter()
+    runs = run_tests(square, asserts, limits)
+    t = time.perf_counter() - start
+    assert all(r.success for r in runs)
+    print(f"  one program, {args.tests} asserts:   {args.tests / t:7.1f} tests/s ({1000 * t / args.tests:.1f} ms each;"
+          " judge process + calls over a socket)")
 
 
 def main() -> None:

@@ -1,16 +1,21 @@
 """The trusted side of the code sandbox, run as `python -I _sandbox_init.py` (threat model: rewards/sandbox.py).
 
 Reads one JSON job on stdin, writes one JSON report on stdout. Imports only the stdlib and psutil,
-nothing from lagrl; its siblings _sandbox_fs.py (namespaces, mounts) and _sandbox_child.py (the
-untrusted side) are loaded by path. Shape of the process tree:
+nothing from lagrl; its siblings are loaded by path: _sandbox_fs (namespaces, mounts), _sandbox_seccomp
+(the system-call filter), _sandbox_cgroup (memory counters), _sandbox_child (the untrusted side),
+_sandbox_judge and _sandbox_wire (assert tests). Shape of the process tree:
 
     reward worker ── launcher (this file, new session) ── init (pid 1 of a new pid namespace, root,
-                                                           unkillable from inside)  ── one forked child
-                                                           per test: rlimits, private uid, no privileges,
-                                                           runs the untrusted program (rewards/_sandbox_child.py)
-Per test, init enforces the wall-clock limit and a psutil memory watchdog over its whole subtree,
-then SIGKILLs everything left (kill(-1) as pid 1 of the namespace; psutil + uid sweep without one).
-Without namespaces the launcher itself plays init (a child subreaper, so orphans stay countable).
+                                                           unkillable from inside, seccomp-filtered)
+                                                            ├─ the program: one forked child per test
+                                                            │  (cgroup, rlimits, private uid, no privileges)
+                                                            └─ assert tests only: the judge, forked beside
+                                                               it (another private uid), linked to it by
+                                                               a socketpair; its verdict is the test's
+Per test, init enforces the wall-clock limit and a psutil watchdog over its whole subtree (RSS and
+process count), reads the sandbox cgroup's limit-hit and OOM-kill counters, then SIGKILLs everything
+left (kill(-1) as pid 1 of the namespace; psutil + uid sweep without one). Without namespaces the
+launcher itself plays init (a child subreaper, so orphans stay countable).
 """
 
 import ctypes
@@ -20,6 +25,7 @@ import resource
 import secrets
 import select
 import signal
+import socket
 import sys
 import time
 
@@ -104,51 +110,110 @@ def _read_capped(path: str, cap: int, tail: bool = False) -> tuple[str, bool]:
     return data[:cap].decode("utf-8", "replace"), size > cap
 
 
-def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, run_child) -> dict:
+class _Siblings:
+    """The modules loaded by path before the mounts (a checkout under /tmp is hidden afterwards); the
+    judge's two only when the job has assert tests."""
+
+    def __init__(self, judged: bool):
+        for name in ("fs", "seccomp", "cgroup", "sockets", "child") + (("judge", "wire") if judged else ()):
+            setattr(self, name, _load(f"_sandbox_{name}"))
+        if not judged:
+            self.judge = self.wire = None
+
+
+def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, mods: _Siblings,
+              unseen) -> dict:
     paths = {name: os.path.join(cap_dir, f"{index}.{name}") for name in ("in", "out", "err", "val")}
     with open(paths["in"], "w", encoding="utf-8") as f:
         f.write(test.get("stdin", ""))
-    fds = [os.open(paths["in"], os.O_RDONLY)] + [
-        os.open(paths[n], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for n in ("out", "err", "val")]
+    stdin = os.open(paths["in"], os.O_RDONLY)
+    out, err, val = (os.open(paths[n], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for n in ("out", "err", "val"))
     nonce = secrets.token_hex(16)
+    before = mods.cgroup.counters(job["cgroup"]) if job["cgroup"] else (0, 0)
     sys.stdout.flush()
     start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # never returns
-        run_child(job, test, fds, work, nonce)
-    for fd in fds:
+    judge = None
+    if test["kind"] == "assert":  # the program answers on a socketpair; the judge alone holds the verdict file
+        ours, theirs = socket.socketpair()
+        fds = [stdin, out, err, ours.fileno()]
+        program = _fork(lambda: mods.child.run_child(job, test, fds, work, nonce, mods.wire))
+        judge = _fork(lambda: mods.judge.run_judge(job, [stdin, err, err, val, theirs.fileno(), test["code_fd"]],
+                                                   work, nonce, mods.child.confine, mods.child.PRELUDE, mods.wire))
+        ours.close()
+        theirs.close()
+    else:
+        program = _fork(lambda: mods.child.run_child(job, test, [stdin, out, err, val], work, nonce, mods.wire))
+    for fd in (stdin, out, err, val):
         os.close(fd)
-    stop, peak = _watch(pid, start + job["timeout_s"], job["memory_mb"] << 20, job["max_procs"])
+    main = judge or program
+    stop, peak = _watch(main, start + job["timeout_s"], job["memory_mb"] << 20, job["max_procs"], judge, unseen)
     duration = time.monotonic() - start
+    statuses = []
+    if judge:  # before anything is killed: did the program's process end on its own (SIGXCPU, OOM kill)?
+        ended, program_status = os.waitpid(program, os.WNOHANG)
+        statuses = [program_status] if ended else []
     if stop:
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)  # the main process first: its status is the test's
+        os.kill(main, signal.SIGKILL)
+    _, status = os.waitpid(main, 0)  # the main process first: its status is the test's
+    statuses.insert(0, status)
     _kill_everything(is_pid1, job["uid"])
+    after = mods.cgroup.counters(job["cgroup"]) if job["cgroup"] else (0, 0)
     cap = job["max_output_bytes"]
     stdout, out_trunc = _read_capped(paths["out"], cap)
     stderr, _ = _read_capped(paths["err"], STDERR_TAIL, tail=True)  # diagnostics: the traceback end
-    val, _ = _read_capped(paths["val"], cap)
+    verdict = _read_record(paths["val"], cap, nonce)
     for p in paths.values():
         os.unlink(p)
-    try:
-        verdict = json.loads(val) if val else None
-    except ValueError:
-        verdict = {"status": "invalid", "error": "unreadable result record"}
-    if verdict is not None and (not isinstance(verdict, dict) or verdict.pop("nonce", None) != nonce):
-        verdict = {"status": "invalid", "error": "forged result record"}
-    xcpu = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU
-    return {"exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+    xcpu = any(os.WIFSIGNALED(s) and os.WTERMSIG(s) == signal.SIGXCPU for s in statuses)
+    killed = next((os.WTERMSIG(s) for s in statuses if os.WIFSIGNALED(s)), None)
+    return {"exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, "signal": killed,
             "timeout": stop == "timeout" or xcpu, "procs": stop == "procs",
-            "memory": stop == "memory" or (verdict or {}).get("status") == "memory",
+            "memory": stop == "memory" or after != before or (verdict or {}).get("status") == "memory",
             "peak_rss": peak, "duration": duration, "stdout": stdout, "stderr": stderr,
             "truncated": out_trunc, "verdict": verdict}
 
 
-def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int) -> tuple[str, int]:
-    """Wait for the test's main process while polling its subtree (every 20 ms): RSS against the
-    memory limit and process count against max_procs (the only fork cap when the program runs as
-    root, which RLIMIT_NPROC never binds). -> ("" | "timeout" | "memory" | "procs", peak RSS)."""
+def _fork(run) -> int:
+    pid = os.fork()
+    if pid == 0:  # never returns: run_child / run_judge end in os._exit
+        try:
+            run()
+        finally:
+            os._exit(111)
+    return pid
+
+
+def _read_record(path: str, cap: int, nonce: str) -> dict | None:
+    """The harness's (or the judge's) one-line record on fd 3; None if nothing was written. Anything
+    else is an invalid verdict whose error says what the channel held."""
+    try:
+        raw, truncated = _read_capped(path, cap)
+    except OSError as e:
+        return {"status": "invalid", "error": f"the result channel could not be read: {e}"}
+    lines = [line for line in raw.split("\n") if line.strip()]
+    if not lines:
+        return None
+    if len(lines) > 1 or truncated:
+        return {"status": "invalid", "error": f"the result channel held {len(lines)}{'+' if truncated else ''} "
+                "records instead of one (a forked copy of the program reached the harness, or the program "
+                "wrote to fd 3 itself)"}
+    try:
+        record = json.loads(lines[0])
+    except ValueError:
+        return {"status": "invalid", "error": "the result channel held text that is not a record (the program "
+                "wrote to fd 3 itself)"}
+    if not isinstance(record, dict) or record.pop("nonce", None) != nonce:
+        return {"status": "invalid", "error": "the result record lacks this test's nonce: the program wrote it, "
+                "not the harness"}
+    return record
+
+
+def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int | None, unseen) -> tuple[str, int]:
+    """Wait for the test's main process while polling its subtree (every 20 ms, and once after the main
+    process ends): memory against the limit and process count against max_procs (the only fork cap
+    when the program runs as root, which RLIMIT_NPROC never binds). Memory is the RSS of the
+    program's processes (the judge's own is bounded by its RLIMIT_AS) plus `unseen()`: memory no
+    process maps (see _unseen_memory). -> ("" | "timeout" | "memory" | "procs", peak bytes)."""
     me, peak = psutil.Process(), 0
     pidfd = os.pidfd_open(pid)
     try:
@@ -156,19 +221,22 @@ def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int) -> tuple[s
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout", peak
-            if select.select([pidfd], [], [], min(remaining, 0.02))[0]:
-                return "", peak
-            tree = _tree(me)
-            if len(tree) > max_procs:
+            ended = bool(select.select([pidfd], [], [], min(remaining, 0.02))[0])
+            tree = _tree(me)  # once more after the end: what the program's other processes still hold counts
+            if len(tree) > max_procs + (judge is not None) and not ended:
                 return "procs", peak
-            peak = max(peak, _rss(tree))
+            held = _rss([p for p in tree if p.pid != judge]) + (unseen() if unseen else 0)
+            peak = max(peak, held)
             if peak > mem_limit:
                 return "memory", peak
+            if ended:
+                return "", peak
     finally:
         os.close(pidfd)
 
 
-def _init(job, fs, is_pid1: bool, isolation: list[str], result_fd: int, run_child) -> None:
+def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: int) -> None:
+    fs = mods.fs
     if "mount" in isolation:
         work, cap = fs.private_fs(job)
     else:
@@ -181,12 +249,68 @@ def _init(job, fs, is_pid1: bool, isolation: list[str], result_fd: int, run_chil
             isolation = isolation + ["preloaded-stdlib"]
     if job["uid"] is not None:
         isolation = isolation + ["uid"]
+    if job["cgroup"]:
+        isolation = isolation + ["cgroup"]
+    unseen, isolation = _unseen_memory(job, mods, isolation)
+    program = mods.seccomp.filter_program()  # after _unseen_memory's netlink socket: the filter refuses new ones
+    if program is not None:  # on ourselves, now that the mounts are done: every later fork inherits it
+        try:
+            mods.seccomp.install(program)
+            isolation = isolation + ["seccomp"]
+        except OSError:  # a kernel or container that refuses filters: reported by its absence
+            pass
     job["nproc"] = job["max_procs"]
     if job["uid"] is None and os.geteuid() != 0:  # NPROC counts all of this user's tasks: add ours
         job["nproc"] += sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
                             if p.info["uids"] and p.info["uids"].real == os.getuid())
-    tests = [_run_test(job, i, t, work, cap, is_pid1, run_child) for i, t in enumerate(job["tests"])]
+    # Work every forked test process would otherwise repeat, done once here: CPython builds its AST
+    # types on the first compile() (~1 ms and ~80 copied pages per fork), and the prelude's imports.
+    compile("pass", "<warm-up>", "exec")
+    kinds = {t["kind"] for t in job["tests"]}
+    if kinds - {"stdio"}:
+        exec(mods.child.PRELUDE, {})
+    if "assert" in kinds:
+        import ast  # noqa: F401 - the judge parses the test code
+    tests = [_run_test(job, i, t, work, cap, is_pid1, mods, unseen) for i, t in enumerate(job["tests"])]
     _write_all(result_fd, json.dumps({"isolation": isolation, "tests": tests}).encode())
+
+
+def _unseen_memory(job, mods: _Siblings, isolation: list[str]):
+    """What the watchdog adds to RSS: bytes parked in unix-socket buffers of our own network namespace
+    ("sockmem"), and without a private /dev/shm, the size of what the sandbox's uids own in the host's
+    ("shm-files": shm_open and plain files there are memory, and outlive their processes). A cgroup
+    counts both anyway; these keep the limit where none can be made. -> (callable or None, isolation)."""
+    parts = []
+    if "net" in isolation:  # every unix socket of this network namespace is the sandbox's
+        try:
+            parts.append(mods.sockets.UnixSocketMemory().held)
+            isolation = isolation + ["sockmem"]
+        except OSError:
+            pass
+    if "mount" not in isolation and job["uid"] is not None:
+        uids = {job["uid"], job["uid"] + (1 << 24)}
+        parts.append(lambda: _owned_bytes("/dev/shm", uids))
+        isolation = isolation + ["shm-files"]
+    return ((lambda: sum(part() for part in parts)) if parts else None), isolation
+
+
+def _owned_bytes(directory: str, uids: set[int]) -> int:
+    """Allocated bytes (not sizes: a sparse file holds nothing) under `directory` owned by `uids`."""
+    total = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if st.st_uid in uids:
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    total += _owned_bytes(entry.path, uids)
+        except OSError:
+            pass
+    return total
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -195,14 +319,29 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def _oom_score_adj(value: int) -> None:
+    """-1000: never the OOM killer's pick; 1000: its first. Lowering needs root; without it, skip."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
+            f.write(str(value))
+    except OSError:
+        pass
+
+
 def main() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the reward worker died: so do we
+    # At the cgroup's limit the kernel OOM-kills inside it: the program, never the launcher or init
+    # (forked test processes set their own score back up, see _sandbox_child.confine).
+    _oom_score_adj(-1000)
     job = json.loads(sys.stdin.buffer.read())
+    for test in job["tests"]:  # assert code: an fd for the judge, never a string in our memory
+        path = test.pop("code_path", None)
+        if path is not None:
+            test["code_fd"] = os.open(path, os.O_RDONLY)
+            os.unlink(path)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    fs = _load("_sandbox_fs")
-    # loaded before the mounts: a checkout under /tmp is hidden by the private /tmp from then on
-    run_child = _load("_sandbox_child").run_child
-    isolation = fs.unshare_any(job)
+    mods = _Siblings(any(t["kind"] == "assert" for t in job["tests"]))
+    isolation = mods.fs.unshare_any(job)
     if "pid" in isolation:
         child = os.fork()  # the first child after unshare(CLONE_NEWPID) is pid 1 of the namespace
         if child:
@@ -213,7 +352,7 @@ def main() -> None:
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     result_fd = os.dup(1)
     try:
-        _init(job, fs, "pid" in isolation, isolation, result_fd, run_child)
+        _init(job, mods, "pid" in isolation, isolation, result_fd)
     except Exception as e:  # noqa: BLE001 - report, do not traceback into the host's pipe
         _write_all(result_fd, json.dumps({"isolation": isolation, "fatal": f"{type(e).__name__}: {e}"}).encode())
         os._exit(1)

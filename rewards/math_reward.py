@@ -1,9 +1,13 @@
-"""Math reward, Skywork-OR1 procedure: answer section -> last \\boxed{} -> math-verify against the gold.
+"""Math reward, Skywork-OR1 procedure: answer section -> final boxed answer -> math-verify against the gold.
 
 For one group (all responses to one prompt, one gold answer):
   1. keep the text after the last `</think>` (a `<think>` that never closes means no answer: no_box);
-  2. take the last `\\boxed{...}` (nested braces matched; `\\fbox{}` and `\\boxed x` accepted); none
-     or unclosed -> no_box; longer than max_box_chars -> parse_error;
+  2. take the last `\\boxed{...}` (nested braces matched; `\\fbox{}` and `\\boxed x` accepted) together
+     with the boxes joined to it by "and"/"or", commas or spacing, as math-verify joins them when
+     Skywork-OR1 hands it the whole answer section (`\\boxed{-2} and \\boxed{1}` -> "-2,1", a set); a box
+     followed by prose and then a different box is an intermediate result and does not count (see
+     rewards.extract.final_boxes). None or an unclosed last box -> no_box; longer than max_box_chars ->
+     parse_error;
   3. parse `\\boxed{<content>}` with math-verify and verify it against the parsed gold. The gold is
      parsed as given and, if that fails, wrapped in `\\boxed{}` (golds like `\\frac12` only parse
      inside a box). One deliberate refinement: a gold *without* math delimiters is tried boxed first,

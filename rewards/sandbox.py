@@ -9,7 +9,9 @@ any local user may read.
 
 Guaranteed where we run as root with namespaces (this project's machines; checked by
 tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was in force):
-  * no network: a fresh network namespace whose only device, loopback, is down;
+  * no network: a fresh network namespace whose only device, loopback, is down, and no socket
+    families but AF_UNIX, AF_INET and AF_INET6 (the filter below): AF_VSOCK, which no network
+    namespace covers, would reach the hypervisor host of a VM;
   * no secrets from the environment: the launcher starts with a fixed minimal env (nothing is
     inherited from the worker) and the program runs as a throwaway uid in its own pid namespace with
     a fresh /proc, so neither os.environ nor /proc/<pid>/environ of the worker is reachable; home
@@ -20,37 +22,66 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     directory is removed afterwards;
   * bounded time: a wall-clock limit per test enforced by the sandbox's init, RLIMIT_CPU as a
     backstop, and an overall deadline here after which the launcher's session is SIGKILLed;
-  * bounded memory: RLIMIT_AS per process plus a psutil watchdog summing the RSS of a test's
-    whole process tree every 20 ms (catches many processes each under the per-process limit);
+  * bounded memory, per sandbox as a whole: the launcher is moved into a fresh memory cgroup (limit
+    = memory_mb, no swap) before it forks anything, so the kernel charges everything the program
+    holds, including memory no process maps (memfd and tmpfs files, SysV segments, pipe and socket
+    buffers), and refuses or OOM-kills at the limit; init reads the cgroup's limit-hit and OOM-kill
+    counters after each test. Beside it, RLIMIT_AS per process, and a watchdog every 20 ms (and once
+    when the test's main process ends) summing the RSS of the program's processes, the bytes parked
+    in unix-socket buffers of the sandbox's network namespace ("sockmem", via sock_diag) and, without
+    a private /dev/shm, what the sandbox's uids own in the host's ("shm-files"), so the limit holds
+    where no cgroup can be made ("cgroup" missing from `isolation`). At the cgroup's limit the
+    kernel's OOM killer takes the program first and never the launcher or init. A test's memory
+    includes files the earlier tests of the same run left in /tmp;
+  * a system-call filter (seccomp, installed on init and inherited by every process of the sandbox):
+    memfd_create and SysV / POSIX-mqueue IPC are refused (memory outside any process), so are
+    unshare, setns and clone with namespace flags (no user namespaces, no new kernel surface),
+    ptrace and process_vm_*, and kernel interfaces no test needs (bpf, perf, io_uring, keyrings,
+    userfaultfd, mount, modules...); see rewards/_sandbox_seccomp.py;
   * bounded processes: RLIMIT_NPROC on a uid nothing else uses (the kernel stops a fork bomb at the
     cap), plus a process-count check in the same watchdog;
   * bounded output: RLIMIT_FSIZE on the capture files, so a print loop fails at the cap instead of
     growing; the host receives at most the cap per test (stderr: its last 8 KiB);
   * nothing survives: init is pid 1 of the namespace, so when it exits the kernel kills every process
-    left, including ones that called setsid(); between tests init kill(-1)s the namespace;
+    left, including ones that called setsid(); between tests init kill(-1)s the namespace; the
+    cgroup is emptied (SIGKILL) and removed last;
   * the host cannot be killed from inside: the program's parent is init (root, pid 1, immune to
     signals from inside its namespace) and the worker lives in another pid namespace;
-  * judged outside: expected outputs never enter the sandbox; stdout and call-test return values
-    (plain data only: an object with `__eq__` returning True is refused) are compared here; the
-    verdict record carries a per-test nonce, so exiting early with a fake "ok" fails.
+  * judged where the program cannot reach: expected outputs never enter the sandbox; stdout and
+    call-test return values (plain data only: an object with `__eq__` returning True is refused) are
+    compared here. Assert tests run in a judge process of their own (rewards/_sandbox_judge.py):
+    another private uid, not dumpable, the test code read from a descriptor only it holds (never in
+    the memory the program's process inherits from init); the program's process only answers its
+    calls with plain data over a socketpair, and the verdict is written where only the judge and
+    init can reach. Walking frames, patching builtins, json or the harness, sys.settrace and gc
+    scans all act on a process whose say no longer counts.
 Limits are applied in a child forked by the launcher, not with Popen(preexec_fn=...): preexec_fn
 is unsafe in threaded processes such as Ray actors, and the worker only ever spawns the launcher.
 
-Residual risks (not defended): kernel exploits (no seccomp filter, no VM); reading world-readable
-files (the repo, the venv, /etc); CPU contention with the host (no cgroup CPU quota); a program
-that deliberately introspects the harness inside its own process (gc, frames) can find the nonce
-and forge an *assert*-test verdict (stdio and call tests are judged outside the process).
-Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
-without CAP_SYS_ADMIN) there is NO network isolation, world-writable host directories are writable,
+Residual risks (not defended): kernel exploits through the calls the filter allows (no VM);
+reading world-readable files (the repo, the venv, /etc); CPU contention with the host (no cgroup
+CPU quota); an assert test that judges with a function the *program* defines trusts it, and a
+program name never shadows a builtin or prelude name in the judge. Assert-test semantics that
+change: values cross the process boundary as plain data (list vs tuple kept exact), test-side
+functions or objects cannot be passed to the program (the test fails), containers passed in are
+updated in place after each call, and a plain-data global of the program is read once, when the test
+starts. Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
+without CAP_SYS_ADMIN) there is NO network isolation, world-writable host directories are writable
+(what the sandbox's uid leaves there is removed afterwards; its /dev/shm files count as memory,
+its /tmp files only against RLIMIT_FSIZE each), unix-socket buffers are counted only by a cgroup,
 cleanup relies on process-tree/uid sweeps, and if the interpreter lives where the private uid cannot
 read it (e.g. under /root) common stdlib modules are preloaded and other imports fail
 ("preloaded-stdlib"). Without root there is no uid drop: the user's own files are writable,
 /proc/<pid>/environ of the user's other processes is readable (keep secrets out of the worker's
-environment), and a program can kill its launcher (the test then fails with a sandbox error; the
-worker survives, being in another session). The non-root paths are not exercised on this host.
+environment), and a program can kill its launcher or its judge (the test then fails; the worker
+survives, being in another session). Without a seccomp table for the machine's architecture
+(x86-64 and arm64 are built in) "seccomp" is missing from `isolation`. The non-root paths are not
+exercised on this host.
 
-Cost: one launcher per program (~60-130 ms: Python start-up, psutil import, namespace and mount
-setup) and one fork per test (~10 ms); see bench/reward_throughput.py.
+Cost: one launcher per program (~55-130 ms: Python start-up, psutil import, namespace and mount
+setup, the filter; the cgroup move overlaps the start-up) and one fork per test (~5-10 ms; an assert
+test forks its judge too and pays a socket round trip per call into the program); see
+bench/reward_throughput.py.
 """
 
 from __future__ import annotations
@@ -71,6 +102,8 @@ from typing import Any, Literal
 
 import psutil
 
+from rewards import _sandbox_cgroup
+
 _INIT = str(Path(__file__).with_name("_sandbox_init.py"))
 # The launcher's (and so the program's) whole environment: nothing is inherited from the worker.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp",
@@ -86,6 +119,7 @@ class SandboxLimits:
     max_procs: int = 32           # RLIMIT_NPROC for the sandbox uid
     tmpfs_mb: int = 64            # private /tmp (and working directory) size
     namespaces: bool = True       # False: fallback path (no network isolation), for tests
+    memory_cgroup: bool = True    # False: no per-sandbox cgroup (the seccomp + RSS path), for tests
 
 
 @dataclass(frozen=True)
@@ -141,17 +175,24 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
         return []
     base = tempfile.mkdtemp(prefix="lagrl-sbx-")
     os.chmod(base, 0o711)
-    uid = 100_000 + secrets.randbelow(1 << 24) if os.geteuid() == 0 else None
-    job = {"code": code, "tests": [asdict(t) for t in tests], "timeout_s": limits.timeout_s,
-           "memory_mb": limits.memory_mb, "max_output_bytes": limits.max_output_bytes,
-           "max_procs": limits.max_procs, "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces,
-           "uid": uid, "base": base}
+    uid = 100_000 + secrets.randbelow(1 << 24) if os.geteuid() == 0 else None  # the judge's: uid + 2**24
     deadline = len(tests) * (limits.timeout_s + 1.0) + 20.0  # start-up + per-test kill/reap slack
-    proc, report = None, None
+    proc, report, cgroup = None, None, None
     try:
+        job = {"code": code, "tests": [_test_entry(t, i, base) for i, t in enumerate(tests)],
+               "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
+               "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
+               "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base}
+        cgroup = _sandbox_cgroup.create(limits.memory_mb << 20) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", _INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
                                 close_fds=True)
+        # Into the cgroup while its interpreter starts (a cgroup move waits out an RCU grace period, ~15 ms
+        # on a quiet machine, hidden here), and before it reads the job: everything it forks is born inside.
+        if cgroup is not None and not _sandbox_cgroup.adopt(cgroup, proc.pid):
+            _sandbox_cgroup.remove(cgroup)
+            cgroup = None
+        job["cgroup"] = cgroup
         try:
             out, err = proc.communicate(json.dumps(job).encode(), timeout=deadline)
         except subprocess.TimeoutExpired:
@@ -166,13 +207,35 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
     finally:
         if proc is not None:
             _kill_session(proc.pid)
-        if report is None or "pid" not in report.get("isolation", ()):
-            _sweep_uid(uid)  # no pid namespace to take the stragglers down with it
+        isolation = () if report is None else report.get("isolation", ())
+        uids = () if uid is None else (uid, uid + (1 << 24))  # the program's and the judge's
+        if "pid" not in isolation:
+            for u in uids:
+                _sweep_uid(u)  # no pid namespace to take the stragglers down with it
+        if "mount" not in isolation:
+            _sweep_files(uids)  # no private tmpfs: what the sandbox left in the host's is ours to remove
+        if cgroup is not None:
+            _sandbox_cgroup.remove(cgroup)  # kills anything still inside first
         shutil.rmtree(base, ignore_errors=True)
     if "fatal" in report:
         return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
     iso = tuple(report["isolation"])
     return [_result(t, r, iso) for t, r in zip(tests, report["tests"], strict=True)]
+
+
+def _test_entry(test: CodeTest, index: int, base: str) -> dict:
+    """The test as the launcher sees it. An assert test's code goes to a root-only file instead: init
+    opens and unlinks it and only the judge reads it, so neither init's memory (which every forked
+    program process inherits) nor any path holds the assertions and their expected values."""
+    entry = asdict(test)
+    if test.kind == "assert":
+        os.makedirs(os.path.join(base, "judge"), mode=0o700, exist_ok=True)
+        path = os.path.join(base, "judge", str(index))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(entry.pop("code"))
+        entry["code_path"] = path
+    return entry
 
 
 def _result(test: CodeTest, r: dict, isolation: tuple[str, ...]) -> SandboxResult:
@@ -229,6 +292,29 @@ def _sweep_uid(uid: int | None) -> None:
                 p.kill()
         except psutil.Error:
             pass
+
+
+_WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def _sweep_files(uids: tuple[int, ...]) -> None:
+    """Fallback cleanup (no mount namespace): remove what the sandbox's private uids own in the
+    host's world-writable directories (shm_open files, temporary files). Nothing else has those uids."""
+    for directory in _WORLD_WRITABLE:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid not in uids:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 def isolation_report(limits: SandboxLimits = SandboxLimits()) -> tuple[str, ...]:

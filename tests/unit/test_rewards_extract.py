@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rewards.extract import answer_section, extract_code, last_boxed
+from rewards.extract import MAX_JOINED_BOXES, answer_section, extract_code, final_boxes, last_boxed
 
 
 @pytest.mark.parametrize("text,content,too_long", [
@@ -24,6 +24,37 @@ from rewards.extract import answer_section, extract_code, last_boxed
 def test_last_boxed(text, content, too_long):
     box = last_boxed(text, max_chars=20)
     assert (box.content, box.too_long) == (content, too_long)
+
+
+@pytest.mark.parametrize("text,content", [
+    (r"\boxed{-2} and \boxed{1}", "-2,1"),
+    (r"\boxed{1}\boxed{2}", "1,2"),
+    (r"\boxed{1}, \boxed{2}; \boxed{3}", "1,2,3"),
+    (r"\(\boxed{1}\) and \(\boxed{-2}\).", "1,-2"),
+    (r"\boxed{(3, 3)} \text{ for part (a) and } \boxed{(1, 1)}", "(3, 3),(1, 1)"),
+    (r"$x = \boxed{3}$, $y_{2} = \boxed{4}$", "3,4"),
+    (r"\boxed{7} and \boxed{7}", "7"),                           # repeats collapse
+    (r"\boxed{a} or \boxed 5", "a,5"),
+    (r"First \boxed{5}, corrected: \boxed{6}", "6"),             # a revised answer stands alone
+    (r"\boxed{5} and hence the final answer is \boxed{6}", "6"),  # more than a conjunction between them
+    (r"\boxed{1} no no no no no \boxed{2}", "2"),
+    (r"\boxed{1} and " + "x" * 80 + r" \boxed{2}", "2"),        # too far apart
+    (r"\boxed{\boxed{8}}", "8"),                                  # an enclosing box is not a neighbour
+    (r"\boxed{\frac{\boxed{1}}{2}} and \boxed{3}", "3"),             # nor is a box nested in an earlier one
+    (r"\boxed{1 and \boxed{2}", "2"),                             # nor is an unclosed one
+    (r"\boxed{1} and \boxed{2", None),                            # the last box decides: unclosed, no answer
+    ("no box", None),
+])
+def test_final_boxes(text, content):
+    assert final_boxes(text).content == content
+
+
+def test_final_boxes_caps_the_group():
+    box = final_boxes(r"\boxed{1} and " * 40 + r"\boxed{2}")
+    assert box.content == "1,2"  # repeats of 1 collapse to one
+    many = " and ".join(rf"\boxed{{{i}}}" for i in range(40))
+    assert final_boxes(many).content.split(",") == [str(i) for i in range(40 - MAX_JOINED_BOXES, 40)]
+    assert final_boxes(r"\boxed{12345} and \boxed{67890}", max_chars=10).too_long
 
 
 def test_answer_section():
@@ -49,9 +80,12 @@ def test_extract_code(text, code):
     "\\boxed{" * 200_000,                          # many unclosed boxes
     "{" * 1_000_000 + "\\boxed{1}",                # braces before the box
     "\\boxed" + " " * 1_000_000,                   # a box with a megabyte of whitespace
+    "\\boxed{1} and " * 200_000,                     # a megabyte of joinable boxes
+    ("\\boxed{" + "{" * 4000 + "}" * 4000 + "} and ") * 100,  # joinable boxes at the length cap
 ])
 def test_adversarial_inputs_are_linear(text):
     start = time.perf_counter()
     extract_code(text)
     last_boxed(text)
+    final_boxes(text)
     assert time.perf_counter() - start < 0.5

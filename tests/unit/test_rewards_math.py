@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +40,19 @@ CASES = [
     ("last-box-wins", r"First \boxed{5}, corrected: \boxed{6}", "6", 1.0, "correct"),
     ("earlier-box-ignored", r"First \boxed{6}, corrected: \boxed{5}", "6", 0.0, "wrong"),
     ("box-in-box", r"\boxed{\boxed{8}}", "8", 1.0, "correct"),
+    # several boxes (issue 19): the final group of boxes, joined by "and"/"or", commas or spacing, is one answer
+    ("boxes-and", r"The roots are \boxed{-2} and \boxed{1}.", "-2, 1", 1.0, "correct"),
+    ("boxes-and-after-think", r"<think>\boxed{3}</think> so \boxed{-2} and \boxed{1}", "-2, 1", 1.0, "correct"),
+    ("boxes-commas", r"\boxed{1}, \boxed{2}, \boxed{3}", r"\{1,2,3\}", 1.0, "correct"),
+    ("boxes-adjacent", r"$\boxed{1}\boxed{2}$", "1,2", 1.0, "correct"),
+    ("boxes-quad-text-and", r"\[ \boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)} \]", "(2, 2), (6, 2)", 1.0,
+     "correct"),
+    ("boxes-assignments", r"$x = \boxed{3}$, $y = \boxed{4}$", "3, 4", 1.0, "correct"),
+    ("boxes-repeated", r"\boxed{7} and \boxed{7}", "7", 1.0, "correct"),
+    ("boxes-or-is-a-set-not-a-hedge", r"\boxed{5} or \boxed{6}", "5", 0.0, "wrong"),
+    ("boxes-joined-is-not-a-part", r"\boxed{-2} and \boxed{1}", "-2", 0.0, "wrong"),
+    ("boxes-far-apart", r"First \boxed{-2}. After more work the set is \boxed{1}", "-2, 1", 0.0, "wrong"),
+    ("boxes-in-unclosed-think", r"<think>\boxed{-2} and \boxed{1}", "-2, 1", 0.0, "no_box"),
     # nested braces
     ("nested-sqrt-frac", r"\boxed{\frac{\sqrt{2}}{2}}", r"\frac{\sqrt2}{2}", 1.0, "correct"),
     ("nested-2sqrt3", r"$\boxed{2\sqrt{3}}$", r"\sqrt{12}", 1.0, "correct"),
@@ -95,6 +110,10 @@ CASES = [
 assert len(CASES) >= 40
 
 
+# Upstream math-verify's own cases with several boxes (tests/unit/data: source commit, orientation, notes).
+UPSTREAM = json.loads((Path(__file__).parent / "data" / "math_verify_several_boxes.json").read_text())["cases"]
+
+
 @pytest.fixture(scope="module")
 def verifier():
     v = MathVerifier(CFG.math_timeout_s, CFG.math_kill_grace_s)
@@ -111,6 +130,12 @@ def test_math_reward_table(verifier, response, gold, reward, reason):
     assert (result.reward, result.reason) == (reward, reason), result
     limit = CFG.math_timeout_s + CFG.math_kill_grace_s + 0.5 if reason == "timeout" else 2.0
     assert elapsed < limit, f"took {elapsed:.2f}s"
+
+
+@pytest.mark.parametrize("case", UPSTREAM, ids=[c["id"] for c in UPSTREAM])
+def test_upstream_several_boxes(verifier, case):
+    result = score_math(case["response"], case["gold"], CFG, verifier)
+    assert (result.reward, result.reason) == (case["reward"], case["reason"]), (case["note"], result)
 
 
 def test_signed_reward(verifier):

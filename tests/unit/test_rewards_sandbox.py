@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from rewards.sandbox import SandboxLimits, CodeTest, check_syntax, isolation_report, run_code, run_tests
+from tests.unit._sandbox_checks import assert_nothing_survives
 
 LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
 FALLBACK = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16, namespaces=False)
@@ -25,27 +26,11 @@ needs_ns = pytest.mark.skipif(not {"net", "pid", "mount"} <= set(ISOLATED),
                               reason=f"host grants no namespaces (got {ISOLATED})")
 
 
-def _leftovers() -> list[psutil.Process]:
-    """Processes still running as a sandbox uid (private uids start at 100000)."""
-    out = []
-    for p in psutil.process_iter(["uids"]):
-        try:
-            if p.info["uids"] and p.info["uids"].real >= 100_000:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
 @pytest.fixture(autouse=True)
 def host_stays_healthy():
     before = psutil.Process().memory_info().rss
     yield
-    deadline = time.monotonic() + 2.0
-    while _leftovers() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _leftovers(), "sandbox processes survived"
-    assert psutil.Process().memory_info().rss - before < 64 << 20
+    assert_nothing_survives(before)
 
 
 def src(code: str) -> str:

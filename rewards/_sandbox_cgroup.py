@@ -1,0 +1,143 @@
+"""One memory cgroup per sandbox run, where the machine lets us make one (threat model: rewards/sandbox.py).
+
+Why: per-process limits (RLIMIT_AS) and summed RSS miss memory that no process maps: memfd and
+tmpfs files, SysV segments, socket and pipe buffers. The kernel charges all of those to the cgroup of
+the process that allocated them, and refuses or OOM-kills inside that cgroup at its limit, so a cgroup
+bounds the sandbox as a whole. The host (rewards.sandbox) creates it under its own cgroup, moves the
+launcher into it before the launcher forks anything (so every sandbox process is born inside), and
+removes it afterwards; init reads its counters per test.
+
+Where it works: cgroup v1 with a writable memory hierarchy (this project's machines: root in a VM),
+or cgroup v2 where our own cgroup already delegates the memory controller to children. Elsewhere
+(e.g. a container with a read-only /sys/fs/cgroup) create() returns None and the sandbox relies on
+its seccomp filter and RSS watchdog. Loaded by path from _sandbox_init.py: stdlib only.
+"""
+
+import os
+import secrets
+import signal
+import time
+
+V1_ROOT, V2_ROOT = "/sys/fs/cgroup/memory", "/sys/fs/cgroup"
+PREFIX = "lagrl-sbx-"
+
+
+def _parent() -> str | None:
+    """Our own memory cgroup's directory if children can be made under it, else None."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for _, controllers, path in lines:
+        if "memory" in controllers.split(",") and os.path.isdir(V1_ROOT):
+            parent = os.path.join(V1_ROOT, path.lstrip("/"))
+            return parent if os.access(parent, os.W_OK) else None
+    for hierarchy, controllers, path in lines:
+        if hierarchy == "0" and controllers == "" and os.path.exists(os.path.join(V2_ROOT, "cgroup.controllers")):
+            parent = os.path.join(V2_ROOT, path.lstrip("/"))
+            try:
+                with open(os.path.join(parent, "cgroup.subtree_control"), encoding="ascii") as f:
+                    delegated = "memory" in f.read().split()
+            except OSError:
+                return None
+            return parent if delegated and os.access(parent, os.W_OK) else None
+    return None
+
+
+def _is_v1(path: str) -> bool:
+    return path.startswith(V1_ROOT + "/")
+
+
+def _write(path: str, name: str, value: str) -> None:
+    with open(os.path.join(path, name), "w", encoding="ascii") as f:
+        f.write(value)
+
+
+def _read(path: str, name: str) -> str:
+    with open(os.path.join(path, name), encoding="ascii") as f:
+        return f.read()
+
+
+def create(limit_bytes: int) -> str | None:
+    """A fresh cgroup limited to `limit_bytes` (no swap), or None where the machine does not allow one."""
+    parent = _parent()
+    if parent is None:
+        return None
+    path = os.path.join(parent, PREFIX + secrets.token_hex(8))
+    try:
+        os.mkdir(path, 0o755)
+    except OSError:
+        return None
+    try:
+        if _is_v1(path):
+            _write(path, "memory.limit_in_bytes", str(limit_bytes))
+            if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):
+                _write(path, "memory.memsw.limit_in_bytes", str(limit_bytes))  # memory + swap: no swap
+        else:
+            _write(path, "memory.max", str(limit_bytes))
+            if os.path.exists(os.path.join(path, "memory.swap.max")):
+                _write(path, "memory.swap.max", "0")
+    except OSError:
+        remove(path)
+        return None
+    return path
+
+
+def adopt(path: str, pid: int) -> bool:
+    """Move process `pid` (the sandbox's launcher, before it forks anything) into the cgroup."""
+    try:
+        _write(path, "cgroup.procs", str(pid))
+        return True
+    except OSError:
+        return False
+
+
+def counters(path: str) -> tuple[int, int]:
+    """(times usage hit the limit, OOM kills) since the cgroup was made; a test reads them before and
+    after. Some kernels keep the first at 0 (v1 here does): an OOM kill is the signal that always counts."""
+    if _is_v1(path):
+        hits = int(_read(path, "memory.failcnt"))
+        fields = dict(line.split() for line in _read(path, "memory.oom_control").splitlines() if line.strip())
+    else:
+        fields = dict(line.split() for line in _read(path, "memory.events").splitlines() if line.strip())
+        hits = int(fields.get("max", 0))
+    return hits, int(fields.get("oom_kill", 0))
+
+
+def remove(path: str, timeout_s: float = 5.0) -> bool:
+    """SIGKILL whatever is still in the cgroup (only sandbox processes ever join it), then remove it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:  # EBUSY: processes still inside (or dying)
+            if time.monotonic() > deadline:
+                return False
+        try:
+            pids = [int(p) for p in _read(path, "cgroup.procs").split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            _kill_member(pid, os.path.basename(path))
+        time.sleep(0.005)
+
+
+def _kill_member(pid: int, name: str) -> None:
+    """SIGKILL `pid` only if it is still in our cgroup: the pidfd pins the process, so a pid reused
+    after we read cgroup.procs is checked, not killed blindly."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="ascii") as f:
+            if name in f.read():
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
