@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from buffer.server import write_private
 from launch.config import RunConfig
 
 
@@ -71,7 +72,6 @@ def run(cfg: RunConfig) -> RunResult:
     from actors.factory import create_generation_actors, start_loops
     from actors.transport import make_transport
     from buffer import RunBuffer, open_buffer_server
-    from buffer.server import write_private
     from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
     from launch.run.feeder import PromptFeeder
@@ -85,7 +85,7 @@ def run(cfg: RunConfig) -> RunResult:
     started = time.monotonic()
     run_path = cfg.path.resolve()
     run_path.mkdir(parents=True, exist_ok=True)
-    (run_path / "config.json").write_text(cfg.model_dump_json(indent=2))
+    write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
 
     _init_ray(cfg)

@@ -55,8 +55,8 @@ def test_aof_on_and_files_private(redis_server):
     assert list(client.config_get("appendonly").values()) == ["yes"]
     assert list(client.config_get("appendfsync").values()) == ["everysec"]
     assert Path(list(client.config_get("dir").values())[0]) == redis_server.data_dir
-    info = redis_server.json_path.stat()
-    assert info.st_mode & 0o077 == 0                     # redis.json holds the password
+    for secret in (redis_server.json_path, redis_server.data_dir / "redis.conf"):   # both hold the password
+        assert secret.stat().st_mode & 0o777 == 0o600, secret
 
 
 def test_binary_found():

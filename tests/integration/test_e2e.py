@@ -76,6 +76,8 @@ def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> N
     assert f"{acc[0]:.3f} -> {acc[1]:.3f} (avg@{summary['eval_n']} on {summary['eval_problems']} held-out" in console
     assert summary["entropy"] and summary["lag_max"] == 0 and summary["groups"]["trained"] > 0
     assert summary["stop_reason"] == "completed" and summary["files"]["metrics.jsonl"].endswith("metrics.jsonl")
+    for secret in ("config.json", "redis_url.txt", "redis.json", "redis/redis.conf"):   # hold (or may hold) the password
+        assert (run_path / secret).stat().st_mode & 0o777 == 0o600, secret
     engine_logs = list((run_path / "logs").glob("lagrl-gen-*.log"))
     assert engine_logs and "Reloading weights inplace" in engine_logs[0].read_text()
 
