@@ -99,7 +99,7 @@ def build_engine(model_dir: str, *, n: int, max_model_len: int, batch_prompts: i
     gpus = 1.0 if torch.cuda.is_available() else 0.0
     cfg = ActorConfig(num_actors=1, max_model_len=max_model_len, max_prompts_in_flight=batch_prompts, num_gpus=gpus,
                       tensor_parallel_size=tensor_parallel_size, dtype=dtype, enforce_eager=True,
-                      cpu_kv_cache_gib=cpu_kv_cache_gib, seed=seed)
+                      cpu_kv_cache_gib=cpu_kv_cache_gib)
     set_engine_env(cfg)
     return build_llm(cfg, model_dir, seed, max_num_seqs=max(batch_prompts * n, 16))
 
