@@ -20,13 +20,15 @@ import torch
 
 class RecordingModel:
     """Receives ``load_weights`` calls; dies (SIGKILL) at bucket ``die_at[1]`` of version ``die_at[0]``;
-    with ``fail``, raises at the second bucket of every version (alive, but never loads)."""
+    with ``fail``, raises at the second bucket of every version (alive, but never loads). With
+    ``keep=False`` it keeps only a checksum (benchmarks: memory stays one bucket)."""
 
-    def __init__(self, die_at: tuple[int, int] | None = None, fail: bool = False):
+    def __init__(self, die_at: tuple[int, int] | None = None, fail: bool = False, keep: bool = True):
         self.params: dict[str, torch.Tensor] = {}
+        self.sums: dict[str, float] = {}
         self.version = None
         self.bucket = 0
-        self.die_at, self.fail = die_at, fail
+        self.die_at, self.fail, self.keep = die_at, fail, keep
 
     def load_weights(self, named) -> set[str]:
         if self.die_at == (self.version, self.bucket):
@@ -35,11 +37,14 @@ class RecordingModel:
             raise RuntimeError("injected loader failure")
         self.bucket += 1
         for name, t in named:
-            self.params[name] = t.clone()
+            if self.keep:
+                self.params[name] = t.clone()
+            else:
+                self.sums[name] = float(t.reshape(-1)[:1].float().sum())   # touch it, keep nothing
         return {n for n, _ in named}
 
     def checksums(self) -> dict[str, float]:
-        return {n: float(t.double().sum()) for n, t in sorted(self.params.items())}
+        return {n: float(t.double().sum()) for n, t in sorted(self.params.items())} if self.keep else {}
 
 
 def _engine_class():
@@ -64,12 +69,13 @@ def _engine_class():
 class StubLLM:
     """The four ``vllm.LLM`` weight-transfer calls, on one in-process engine."""
 
-    def __init__(self, die_at: tuple[int, int] | None = None, fail: bool = False):
+    def __init__(self, die_at: tuple[int, int] | None = None, fail: bool = False, keep: bool = True,
+                 device: str = "cpu"):
         parallel = SimpleNamespace(rank=0, world_size=1, data_parallel_index=0)
         vllm_config = SimpleNamespace(parallel_config=parallel, model_config=None)
         self.llm_engine = SimpleNamespace(vllm_config=vllm_config)
-        self.model = RecordingModel(die_at, fail)
-        self.engine = _engine_class()(None, vllm_config, torch.device("cpu"), self.model)
+        self.model = RecordingModel(die_at, fail, keep)
+        self.engine = _engine_class()(None, vllm_config, torch.device(device), self.model)
 
     def init_weight_transfer_engine(self, request: dict) -> None:
         self.engine.init_transfer_engine(self.engine.parse_init_info(request["init_info"]))
@@ -84,9 +90,12 @@ class StubLLM:
         self.engine.finish_weight_update()
 
 
-def member_main(transport, actor_id: str, die_at: tuple[int, int] | None = None, fail: bool = False) -> None:
+def member_main(transport, actor_id: str, die_at: tuple[int, int] | None = None, fail: bool = False,
+                keep: bool = True, device: str = "cpu") -> None:
     """A GenerationActor's weight loop: poll between 'engine steps', report every load to the hub."""
-    llm = StubLLM(die_at, fail)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    llm = StubLLM(die_at, fail, keep, device)
     transport.attach(actor_id, llm)
     hub = transport._receiver.hub
     version, errors, reported = 0, 0, transport._receiver.stats

@@ -61,18 +61,35 @@ def _assert_on_policy(rows: list[dict], steps: int) -> None:
     assert all(r["mode"] == "on_policy" and r["lag/max"] == 0 and r["lag/straddled"] == 0 for r in rows)
 
 
-def test_onpolicy_collective_two_actors_as_exact_as_the_object_store(tmp_path):
-    steps = 6
-    summary, rows, log = _run(tmp_path, "coll", [*FAST, *COLLECTIVE, "--steps", str(steps)])
-    _assert_on_policy(rows, steps)
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def collective_run(tmp_path_factory):
+    """The tiny on-policy run with the collective transport and 2 actors (shared by the tests below)."""
+    return _run(tmp_path_factory.mktemp("collective"), "coll", [*FAST, *COLLECTIVE, "--steps", str(STEPS)])
+
+
+def test_onpolicy_collective_two_actors(collective_run):
+    summary, rows, log = collective_run
+    _assert_on_policy(rows, STEPS)
+    assert summary["stop_reason"] == "completed"
     assert "[weights] version 0: group 1 formed with lagrl-gen-coll-0 (rank 1), lagrl-gen-coll-1 (rank 2) (gloo" in log
     assert all(r["weights/transfer_errors"] == 0 for r in rows)
-    assert sum(r["weights/bytes_sent"] for r in rows) >= steps * 1_800_000       # the tiny model, every version
-    _, ray_rows, _ = _run(tmp_path, "ray", [*FAST, "--steps", str(steps)])
-    _assert_on_policy(ray_rows, steps)
+    assert sum(r["weights/bytes_sent"] for r in rows) >= STEPS * 1_800_000     # the tiny model, every version
+    # behaviour (vLLM) vs learner log-probs: fp32 rounding only (the object store measures ~5e-14 here)
+    assert max(r["mismatch/kl_k3"] for r in rows) < 1e-9
+
+
+@pytest.mark.slow
+def test_collective_mismatch_as_small_as_the_object_store(collective_run, tmp_path):
+    """The same run with the object store: the collective's mismatch KL is no larger."""
+    _, rows, _ = collective_run
+    _, ray_rows, _ = _run(tmp_path, "ray", [*FAST, "--steps", str(STEPS)])
+    _assert_on_policy(ray_rows, STEPS)
     kl, kl_ray = [r["mismatch/kl_k3"] for r in rows], [r["mismatch/kl_k3"] for r in ray_rows]
     print(f"mismatch KL per step: collective {kl}\n                      object store {kl_ray}")
-    assert max(kl) <= 10 * max(kl_ray) + 1e-10
+    assert max(kl) <= 10 * max(kl_ray) + 1e-12
 
 
 class CollectiveRun(DriverRun):
