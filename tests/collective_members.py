@@ -100,6 +100,7 @@ def member_main(transport, actor_id: str, die_at: tuple[int, int] | None = None,
     hub = transport._receiver.hub
     version, errors, reported = 0, 0, transport._receiver.stats
     while not hub.has("test/stop"):
+        llm.model.fail = fail or hub.has(f"test/{actor_id}/fail")     # the test may break its loader
         try:
             version = transport.poll(llm, version, (0, ""))
         except Exception as exc:

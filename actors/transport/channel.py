@@ -15,7 +15,7 @@ needed. Both backends are built the same way and used through the same two metho
 
 Bucket plans cut *before* a bucket would exceed the budget, so the extra memory of a version
 is max(bucket, largest tensor) on a receiver and the same again for the sender's pack copy,
-whatever the model size. Packing uses vLLM's ``pack_tensors`` / ``unpack_tensor`` layout.
+whatever the model size. Packing uses vLLM's ``pack_tensors`` layout.
 """
 
 from __future__ import annotations
@@ -76,11 +76,18 @@ def pack(tensors: NamedTensors) -> torch.Tensor:
 
 
 def unpack(buf: torch.Tensor, bucket: list[ParamMeta]) -> NamedTensors:
-    """Views of ``buf`` named and shaped by the plan (vLLM's ``unpack_tensor``)."""
-    from vllm.distributed.weight_transfer.packed_tensor import unpack_tensor
-
-    return unpack_tensor(buf, [m.name for m in bucket], [list(m.shape) for m in bucket],
-                         [getattr(torch, m.dtype) for m in bucket], [m.nbytes for m in bucket])
+    """Views of ``buf`` named and shaped by the plan (the layout of vLLM's ``unpack_tensor``, which
+    fails on a tensor whose byte offset is not a multiple of its element size, e.g. an fp32 tensor
+    after an odd number of bf16 values: such a tensor is copied out instead)."""
+    out, offset = [], 0
+    for m in bucket:
+        dtype = getattr(torch, m.dtype)
+        raw = buf[offset:offset + m.nbytes]
+        if offset % dtype.itemsize:
+            raw = raw.clone()
+        out.append((m.name, raw.view(dtype).view(m.shape)))
+        offset += m.nbytes
+    return out
 
 
 def bucket_nbytes(bucket: list[ParamMeta]) -> int:

@@ -96,6 +96,8 @@ class CollectiveSender:
         self.delivered: dict[str, tuple[str, int]] = {}   # actor -> (incarnation, version it holds)
         self._plans: set[str] = set()
         self._sent: dict[int, list[str]] = {}      # seq -> its members (to delete their keys later)
+        self._last_members: list[Registration] = []   # of the last group formed
+        self._seen: dict[str, str] = {}             # actor -> the incarnation last in a group
 
     def location(self, version: int) -> str:
         return f"collective://{self.hub.address}/{version}"
@@ -116,6 +118,21 @@ class CollectiveSender:
     def status(self) -> dict:
         return {"live": [r.actor for r in self._live()], "pending": self.version is not None and bool(self.lacking()),
                 "gen": self.gen, "backend": self.backend}
+
+    def _changes(self, members: list[Registration], catch_up: bool) -> str:
+        """Why the membership differs from the last group's: who joined, restarted, rejoined or left."""
+        if not self._last_members:
+            return ""
+        last = {(m.actor, m.inc) for m in self._last_members}
+        notes = []
+        for m in members:
+            if (m.actor, m.inc) in last:
+                continue
+            seen = self._seen.get(m.actor)
+            notes.append(f"{m.actor} {'joined' if seen is None else 'restarted' if seen != m.inc else 'rejoined'}")
+        if not catch_up:            # a catch-up group holds only the members that lack the version
+            notes += [f"{a} left" for a in sorted({m.actor for m in self._last_members} - {m.actor for m in members})]
+        return "; " + ", ".join(notes) if notes else ""
 
     def _form(self, members: list[Registration]) -> _Group:
         if self.group is not None and self.group.channel is not None:
@@ -145,10 +162,13 @@ class CollectiveSender:
             return out
         g = self.group
         if g is None or [(m.actor, m.inc) for m in g.members] != [(m.actor, m.inc) for m in members]:
+            changes = self._changes(members, catch_up)
             g = self._form(members)
+            self._last_members = list(members)
+            self._seen.update({m.actor: m.inc for m in members})
             out.groups_formed += 1
             out.events.append(f"version {self.version}: group {g.gen} formed with {g.describe()} "
-                              f"({self.backend}, {len(plan)} buckets)" + (" [catch-up]" if catch_up else ""))
+                              f"({self.backend}, {len(plan)} buckets{changes})" + (" [catch-up]" if catch_up else ""))
         out.members = len(members)
         error = self._handshake(g, plan)
         if error is None:

@@ -1,8 +1,9 @@
-"""The collective protocol end to end on gloo, without vLLM: this process is learner rank 0, spawned
-processes are the members (``tests.collective_members``: lagrl's real engine receive path into a
-recording model). Faults: a member SIGKILLed while idle, one SIGKILLed mid-broadcast, a restarted
-member caught up. Each failure must end within its deadline with an error naming the member,
-and the survivors must hold exactly the weights sent.
+"""The collective protocol end to end on gloo, without a vLLM engine: this process is learner rank 0,
+spawned processes are the members (``tests.collective_members``: lagrl's real weight-transfer engine
+receive path into a recording model). Faults: a member SIGKILLed while idle, one SIGKILLed
+mid-broadcast, a restarted member caught up, a member whose loader always fails (the version
+raises after max_attempts), no member at all. Each failure must end within its deadline with an
+error naming the member, and the survivors must hold exactly the weights sent.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 
 import pytest
 import torch
+
+pytestmark = pytest.mark.integration
 
 from actors.config import CollectiveConfig
 from actors.transport import TensorListSource, WeightTransferError, make_transport
@@ -89,7 +92,7 @@ def learner():
     lr.close()
 
 
-def test_versions_faults_and_catch_up(learner):
+def test_versions_faults_catch_up_and_max_attempts(learner):
     lr = learner
     lr.spawn("A", die_at=(3, 0))            # A dies loading bucket 0 of version 3 (of 3 buckets)
     lr.spawn("B")
@@ -109,7 +112,7 @@ def test_versions_faults_and_catch_up(learner):
     assert time.monotonic() - t0 < 10.0
     assert first["retry"] and first["errors"] == 1
     assert "version 2, group 1: not ready within 20 s: missing B (rank 2, last heartbeat" in first["events"][0]
-    assert second["events"] == ["version 2: group 2 formed with A (rank 1) (gloo, 3 buckets)"]
+    assert second["events"] == ["version 2: group 2 formed with A (rank 1) (gloo, 3 buckets; B left)"]
     assert not second["retry"] and lr.received("A", 2) == checksums(2)
 
     # B comes back (a new incarnation): the learner sees it lacks v2 and catches it up alone
@@ -117,7 +120,7 @@ def test_versions_faults_and_catch_up(learner):
     lr.wait_live(["B"])
     assert lr.transport.learner_status()["pending"]
     [catch] = lr.publish(2, catch_up=True)
-    assert catch["events"] == ["version 2: group 3 formed with B (rank 1) (gloo, 3 buckets) [catch-up]"]
+    assert catch["events"] == ["version 2: group 3 formed with B (rank 1) (gloo, 3 buckets; B restarted) [catch-up]"]
     assert lr.received("B", 2) == checksums(2)
     assert not lr.transport.learner_status()["pending"]
 
@@ -128,35 +131,33 @@ def test_versions_faults_and_catch_up(learner):
     outcomes = lr.publish(3)
     assert time.monotonic() - t0 < 15.0
     assert [o["errors"] for o in outcomes] == [1, 0]
-    assert outcomes[0]["events"][0] == "version 3: group 4 formed with A (rank 1), B (rank 2) (gloo, 3 buckets)"
+    assert outcomes[0]["events"][0] == \
+        "version 3: group 4 formed with A (rank 1), B (rank 2) (gloo, 3 buckets; A rejoined)"
     assert "version 3, group 4: broadcast failed: missing A (rank 1, last heartbeat" in outcomes[0]["events"][1]
-    assert outcomes[1]["events"] == ["version 3: group 5 formed with B (rank 1) (gloo, 3 buckets)"]
+    assert outcomes[1]["events"] == ["version 3: group 5 formed with B (rank 1) (gloo, 3 buckets; A left)"]
     assert lr.received("B", 3) == checksums(3)
     errors = [lr.hub.get_json(f"test/B/error/{i}") for i in (1, 2, 3) if lr.hub.has(f"test/B/error/{i}")]
     assert errors and errors[0]["consistent"] is False and "receiving version 3" in errors[0]["error"]
     assert lr.procs["A"].exitcode == -signal.SIGKILL
 
+    # B alive and answering, but its loader now raises every time: each attempt fails fast (B leaves
+    # the group, so the learner's broadcast does not wait for its timeout) and says why; the third
+    # failure of the version raises
+    lr.hub.store.set("test/B/fail", "1")
+    lr.transport.publish(weights(4), 4)
+    outcomes, t0 = [], time.monotonic()
+    with pytest.raises(WeightTransferError, match="version 4: 3 attempts failed"):
+        while True:
+            outcomes.append(lr.transport.after_announce(weights(4)))
+            assert outcomes[-1]["retry"]
+    assert time.monotonic() - t0 < CFG.collective_timeout_s
+    assert len(outcomes) == 2
+    assert all("broadcast failed" in o["events"][-1] and "reported: B: " in o["events"][-1]
+               and "injected loader failure" in o["events"][-1] for o in outcomes)
+
     # no member left at all: nothing to wait for, no hang
     lr.kill("B")
     time.sleep(CFG.stale_after_s + 0.3)
-    assert lr.publish(4) == [{"retry": False, "events": [], "errors": 0, "groups_formed": 0, "members": 0,
+    assert lr.publish(5) == [{"retry": False, "events": [], "errors": 0, "groups_formed": 0, "members": 0,
                               "bytes": 0, "seconds": pytest.approx(0.0, abs=1.0)}]
 
-
-def test_a_member_that_always_fails_ends_the_version_after_max_attempts(learner):
-    """Alive and answering, but its loader raises every time: each attempt fails fast (the member
-    leaves the group, so the learner's broadcast does not wait for its timeout) and reports why;
-    the third failure of the version raises."""
-    lr = learner
-    lr.spawn("A", fail=True)
-    lr.wait_live(["A"])
-    lr.transport.publish(weights(1), 1)
-    outcomes, t0 = [], time.monotonic()
-    with pytest.raises(WeightTransferError, match="version 1: 3 attempts failed"):
-        while True:
-            outcomes.append(lr.transport.after_announce(weights(1)))
-            assert outcomes[-1]["retry"]
-    assert time.monotonic() - t0 < 3 * CFG.collective_timeout_s
-    assert len(outcomes) == 2
-    assert all("broadcast failed" in o["events"][-1] and "reported: A: RuntimeError" in o["events"][-1]
-               and "injected loader failure" in o["events"][-1] for o in outcomes)
