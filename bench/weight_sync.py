@@ -56,7 +56,7 @@ def weight_set(name: str, device: str):
         from launch.tiny.build import ensure_tiny_world
         model = AutoModelForCausalLM.from_pretrained(ensure_tiny_world().model_dir, dtype=torch.float32)
         return [(n, p.detach().to(device)) for n, p in model.named_parameters()]
-    q, g = QWEN25_15B, torch.Generator(device=device).manual_seed(0)
+    q = QWEN25_15B
     h, i = q["hidden"], q["intermediate"]
     shapes = [("model.embed_tokens.weight", (q["vocab"], h))]
     for k in range(q["layers"]):
@@ -68,6 +68,9 @@ def weight_set(name: str, device: str):
                    (p + "mlp.up_proj.weight", (i, h)), (p + "mlp.down_proj.weight", (h, i)),
                    (p + "input_layernorm.weight", (h,)), (p + "post_attention_layernorm.weight", (h,))]
     shapes.append(("model.norm.weight", (h,)))      # lm_head is tied to the embedding (not sent)
+    if device == "meta":
+        return [(n, torch.empty(s, device="meta", dtype=torch.bfloat16)) for n, s in shapes]
+    g = torch.Generator(device=device).manual_seed(0)
     return [(n, torch.randn(s, generator=g, device=device, dtype=torch.bfloat16)) for n, s in shapes]
 
 
@@ -126,7 +129,7 @@ def _rx_device(args, rank: int) -> str:
 
 
 # ---- collective -----------------------------------------------------------------------------------------
-def measure_collective(params, args, ctx) -> tuple[list[float], int]:
+def measure_collective(params, args, ctx) -> tuple[list[float], int, list[float]]:
     from actors.config import CollectiveConfig
     from actors.transport import make_transport
     from tests.collective_members import member_main
@@ -141,7 +144,7 @@ def measure_collective(params, args, ctx) -> tuple[list[float], int]:
         p.start()
     while set(names) - set(transport.learner_status()["live"]):
         time.sleep(0.1)
-    times, sent = [], 0
+    times, sent, splits = [], 0, []
     for v in range(args.repeats + 1):
         t = time.perf_counter()
         transport.publish(params, v)
@@ -150,11 +153,12 @@ def measure_collective(params, args, ctx) -> tuple[list[float], int]:
         assert out["errors"] == 0 and out["members"] == args.receivers, out
         if v:
             times.append(elapsed)
+            splits.append((out["ready_s"], out["broadcast_s"], out["done_s"]))
             sent = out["bytes"]
     transport._sender.hub.store.set("test/stop", "1")
     for p in procs:
         p.join(30)
-    return times, sent
+    return times, sent, [statistics.median(c) for c in zip(*splits)]
 
 
 # ---- object store -----------------------------------------------------------------------------------------
@@ -204,18 +208,20 @@ def main() -> None:
           f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}", flush=True)
     for name in args.sets:
         dev = "cuda:0" if args.device == "cuda" else "cpu"
-        params = weight_set(name, dev)
-        nbytes = sum(t.numel() * t.element_size() for _, t in params)
-        dtype = str(params[0][1].dtype).removeprefix("torch.")
+        shapes = weight_set(name, "meta")              # sizes only: the link is measured before the weights exist
+        nbytes = sum(t.numel() * t.element_size() for _, t in shapes)
+        dtype = str(shapes[0][1].dtype).removeprefix("torch.")
         link = statistics.median(measure_link(nbytes, args, ctx))
+        params = weight_set(name, dev)
         bw = nbytes / link
         print(f"\n{name}: {len(params)} tensors, {nbytes / 1e6:.1f} MB per version ({dtype})", flush=True)
         print(f"  {'link (raw broadcast)':<22} {link:8.3f} s/version  {bw / 1e6:8.0f} MB/s   ratio 1.00", flush=True)
         if "collective" in args.paths:
-            times, sent = measure_collective(params, args, ctx)
+            times, sent, (ready, bcast, done) = measure_collective(params, args, ctx)
             s = statistics.median(times)
             print(f"  {'collective':<22} {s:8.3f} s/version  {nbytes / s / 1e6:8.0f} MB/s   ratio {s / link:.2f}  "
-                  f"(best {min(times):.3f} s; {sent / 1e6:.1f} MB broadcast)", flush=True)
+                  f"(best {min(times):.3f} s; {sent / 1e6:.1f} MB broadcast; ready {ready * 1e3:.0f} ms, "
+                  f"broadcast {bcast * 1e3:.0f} ms, done {done * 1e3:.0f} ms)", flush=True)
         gc.collect()
         if "object_store" in args.paths:
             times = measure_object_store(params, args)

@@ -95,12 +95,22 @@ def bucket_nbytes(bucket: list[ParamMeta]) -> int:
 
 
 # ---- channels ------------------------------------------------------------------------------------
+class Pending(Protocol):
+    def wait(self) -> None:
+        """Until the broadcast completed here; raises on a failure or at the channel's timeout."""
+
+
 class Channel(Protocol):
     gen: int
     device: torch.device
 
+    def start(self, t: torch.Tensor) -> Pending:
+        """Begin broadcasting ``t`` (rank 0 sends, the others receive into it); ``t`` must stay
+        untouched until ``wait()``. One broadcast in flight lets the next bucket be packed (or the
+        last one loaded) meanwhile."""
+
     def broadcast(self, t: torch.Tensor) -> None:
-        """Rank 0 sends ``t``; every other rank receives into ``t`` (same size). Bounded by the timeout."""
+        """``start(t).wait()``: bounded by the timeout."""
 
     def close(self) -> None:
         """Leave the group (never blocks for long, also after a peer died)."""
@@ -116,10 +126,13 @@ class GlooChannel:
         self.timeout = dt.timedelta(seconds=timeout_s)
         self.pg = init_gloo_process_group(dist.PrefixStore(f"g{gen}", store), rank, world, self.timeout)
 
-    def broadcast(self, t: torch.Tensor) -> None:
+    def start(self, t: torch.Tensor) -> Pending:
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.timeout = 0, self.timeout
-        self.pg.broadcast([t], opts).wait()
+        return self.pg.broadcast([t], opts)          # gloo's Work: wait() raises at the timeout
+
+    def broadcast(self, t: torch.Tensor) -> None:
+        self.start(t).wait()
 
     def close(self) -> None:
         # Dropping the last reference closes the connections, so peers blocked in a broadcast of
@@ -161,18 +174,15 @@ class NcclChannel:
         self.comm = _within(lambda: PyNcclCommunicator(group, device=self.device), timeout_s,
                             f"nccl group {gen} init (rank {rank} of {world})")
 
-    def broadcast(self, t: torch.Tensor) -> None:
+    def start(self, t: torch.Tensor) -> Pending:
         stream = torch.cuda.current_stream(self.device)
         self.comm.broadcast(t, src=0, stream=stream)
         done = torch.cuda.Event()
         done.record(stream)
-        deadline = time.monotonic() + self.timeout_s
-        while not done.query():
-            if time.monotonic() > deadline:
-                self.close()
-                raise TimeoutError(f"nccl broadcast in group {self.gen} did not complete within "
-                                   f"{self.timeout_s:.0f} s (communicator aborted)")
-            time.sleep(0.0005)
+        return _NcclPending(self, done)
+
+    def broadcast(self, t: torch.Tensor) -> None:
+        self.start(t).wait()
 
     def close(self) -> None:
         comm, self.comm = getattr(self, "comm", None), None
@@ -182,6 +192,20 @@ class NcclChannel:
             comm.destroy()
         elif getattr(comm, "available", False) and not getattr(comm, "disabled", True):   # vLLM 0.26
             _within(lambda: comm.nccl.ncclCommAbort(comm.comm), 5.0, "nccl abort")
+
+
+class _NcclPending:
+    def __init__(self, channel: NcclChannel, done):
+        self.channel, self.done = channel, done
+
+    def wait(self) -> None:
+        deadline = time.monotonic() + self.channel.timeout_s
+        while not self.done.query():
+            if time.monotonic() > deadline:
+                self.channel.close()
+                raise TimeoutError(f"nccl broadcast in group {self.channel.gen} did not complete within "
+                                   f"{self.channel.timeout_s:.0f} s (communicator aborted)")
+            time.sleep(0.0005)
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> str:

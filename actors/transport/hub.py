@@ -128,7 +128,7 @@ class Hub:
 
         ``give_up(missing)`` may end the wait early (e.g. every missing member's heartbeat is
         stale); ``tick()`` runs every ``tick_s`` (e.g. an actor keeping its prompts alive). Polls
-        with a short backoff (1 to 20 ms): TCPStore's own timed wait logs a warning per timeout.
+        with a short backoff (1 to 5 ms): TCPStore's own timed wait logs a warning per timeout.
         """
         deadline = time.monotonic() + timeout_s
         next_tick = time.monotonic() + tick_s
@@ -145,4 +145,4 @@ class Hub:
                 if tick is not None:
                     tick()
             time.sleep(min(pause, max(deadline - now, 0.0)))
-            pause = min(pause * 2, 0.02)
+            pause = min(pause * 2, 0.005)

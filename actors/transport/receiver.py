@@ -87,10 +87,12 @@ class CollectiveReceiver:
             self.gen = None                        # the channel is unusable: the retry forms a new group
             if started:
                 self.consistent = False
+            self.beat(force=True)
             self.hub.set_json(f"s{seq}/failed/{self.actor_id}", f"{type(exc).__name__}: {str(exc)[:300]}")
             raise WeightTransferError(f"{self.actor_id}: receiving version {version} in group {gen} failed",
                                       detail=f"{type(exc).__name__}: {str(exc)[:300]}") from exc
         self.consistent, self.version = True, version
+        self.beat(force=True)                      # a long receive must not read as silence
         self.hub.store.set(f"s{seq}/done/{self.actor_id}", "1")
         self.stats = {"version": version, "gen": gen, "ready_s": t_ready, "load_s": time.monotonic() - t1}
         return version

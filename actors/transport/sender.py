@@ -61,6 +61,9 @@ class Outcome:
     members: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    ready_s: float = 0.0        # announce -> every member ready
+    broadcast_s: float = 0.0    # header + buckets (ZeRO-3: with the gathers)
+    done_s: float = 0.0         # last bucket -> every member loaded
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -170,13 +173,17 @@ class CollectiveSender:
             out.events.append(f"version {self.version}: group {g.gen} formed with {g.describe()} "
                               f"({self.backend}, {len(plan)} buckets{changes})" + (" [catch-up]" if catch_up else ""))
         out.members = len(members)
+        t = time.monotonic()
         error = self._handshake(g, plan)
+        out.ready_s, t = time.monotonic() - t, time.monotonic()
         if error is None:
             error, out.bytes = self._broadcast(g, source, plan)
         else:
             drain(source, plan)
+        out.broadcast_s, t = time.monotonic() - t, time.monotonic()
         if error is None:
             error = self._collect_done(g)
+            out.done_s = time.monotonic() - t
         if error is not None:
             self._failed(g, error, out, catch_up)
         else:
@@ -220,8 +227,9 @@ class CollectiveSender:
         return None
 
     def _broadcast(self, g: _Group, source: WeightSource, plan) -> tuple[Exception | None, int]:
-        """Header and buckets; after a failure the plan is still walked to the end (ZeRO-3)."""
-        error, sent = None, 0
+        """Header and buckets, one in flight while the next is packed; after a failure the plan is
+        still walked to the end (ZeRO-3)."""
+        error, sent, pending = None, 0, None
         try:
             if g.channel is None:
                 g.channel = open_channel(self.backend, self.hub.store, g.gen, 0, g.world,
@@ -234,9 +242,18 @@ class CollectiveSender:
                 continue
             try:
                 buf = pack(bucket).to(g.channel.device)
-                g.channel.broadcast(buf)
+                if pending is not None:
+                    pending.wait()
+                pending = g.channel.start(buf)
                 sent += buf.numel()
-                del buf
+                if buf.data_ptr() == bucket[0][1].data_ptr():
+                    # a view of the weights themselves: done before the source moves on (ZeRO-3 frees them)
+                    pending, _ = None, pending.wait()
+            except Exception as exc:
+                error, pending = exc, None
+        if pending is not None and error is None:
+            try:
+                pending.wait()
             except Exception as exc:
                 error = exc
         return error, sent

@@ -125,13 +125,22 @@ class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveU
         if header.tolist() != expected:
             raise RuntimeError(f"out of step with the learner: header {header.tolist()}, expected {expected}")
         t0, nbytes = time.monotonic(), 0
-        for bucket in plan:
-            # A fresh buffer per bucket: the layerwise reload may keep views of it until its layer is complete.
-            buf = torch.empty(bucket_nbytes(bucket), dtype=torch.uint8, device=channel.device)
-            channel.broadcast(buf)
-            self.model.load_weights(unpack(buf, bucket))
-            nbytes += buf.numel()
+        # A fresh buffer per bucket: the layerwise reload may keep views of it until its layer is
+        # complete. The next bucket is received while this one loads (two buckets of memory).
+        buf = self._buffer(plan[0]) if plan else None
+        pending = channel.start(buf) if plan else None
+        for k, bucket in enumerate(plan):
+            pending.wait()
+            current = buf
+            if k + 1 < len(plan):
+                buf = self._buffer(plan[k + 1])
+                pending = channel.start(buf)
+            self.model.load_weights(unpack(current, bucket))
+            nbytes += current.numel()
         self.stats.update(receive_s=time.monotonic() - t0, bytes=nbytes, buckets=len(plan), version=info.version)
+
+    def _buffer(self, bucket) -> torch.Tensor:
+        return torch.empty(bucket_nbytes(bucket), dtype=torch.uint8, device=self.channel.device)
 
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
