@@ -8,10 +8,12 @@ needed. Both backends are built the same way and used through the same two metho
 
 - gloo (CPU): vLLM's ``init_gloo_process_group``; every wait is bounded by gloo's own timeout.
 - NCCL (CUDA): vLLM's ``PyNcclCommunicator`` over a ``StatelessProcessGroup`` on the same
-  store. PyNccl has no timeouts, so each broadcast records a CUDA event that is polled until
-  ``timeout_s``; on expiry the communicator is aborted and the broadcast raises. Its
-  construction (``ncclCommInitRank`` and a warm-up all-reduce, both blocking) runs in a thread
-  with the same deadline.
+  store. PyNccl has no timeouts, and a dead peer does not fail the others' kernels, so each
+  broadcast records a CUDA event that is polled until ``timeout_s``, running a ``tick`` every
+  ``TICK_S`` meanwhile (the learner checks its members' heartbeats, an engine beats and checks
+  whether the learner aborted the send); on expiry or a raising tick the communicator is aborted.
+  Its construction (``ncclCommInitRank`` and a warm-up all-reduce, both blocking) runs in a
+  thread with the same deadline.
 
 Bucket plans cut *before* a bucket would exceed the budget, so the extra memory of a version
 is max(bucket, largest tensor) on a receiver and the same again for the sender's pack copy,
@@ -25,7 +27,7 @@ import hashlib
 import json
 import threading
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 import torch.distributed as dist
@@ -33,6 +35,7 @@ import torch.distributed as dist
 from actors.transport import NamedTensors, ParamMeta
 
 Plan = list[list[ParamMeta]]
+TICK_S = 0.5          # how often a waiting NCCL broadcast runs its tick (heartbeat, abort checks)
 
 
 # ---- plans ---------------------------------------------------------------------------------------
@@ -96,8 +99,10 @@ def bucket_nbytes(bucket: list[ParamMeta]) -> int:
 
 # ---- channels ------------------------------------------------------------------------------------
 class Pending(Protocol):
-    def wait(self) -> None:
-        """Until the broadcast completed here; raises on a failure or at the channel's timeout."""
+    def wait(self, tick: Callable[[], None] | None = None) -> None:
+        """Until the broadcast completed here; raises on a failure or at the channel's timeout.
+        ``tick()`` runs every ``TICK_S`` while NCCL waits (heartbeats, aborting early: it may raise);
+        gloo needs none (a dead peer fails it at once)."""
 
 
 class Channel(Protocol):
@@ -129,7 +134,7 @@ class GlooChannel:
     def start(self, t: torch.Tensor) -> Pending:
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.timeout = 0, self.timeout
-        return self.pg.broadcast([t], opts)          # gloo's Work: wait() raises at the timeout
+        return _GlooPending(self.pg.broadcast([t], opts))
 
     def broadcast(self, t: torch.Tensor) -> None:
         self.start(t).wait()
@@ -194,17 +199,44 @@ class NcclChannel:
             _within(lambda: comm.nccl.ncclCommAbort(comm.comm), 5.0, "nccl abort")
 
 
+class _GlooPending:
+    def __init__(self, work):
+        self.work = work
+
+    def wait(self, tick: Callable[[], None] | None = None) -> None:
+        """Raises at the group's timeout, or at once when a peer dies. The error raised holds no
+        reference to gloo's Work (which keeps the group's connections open): closing the channel
+        must end the group now, so the other members fail at once too."""
+        work, self.work = self.work, None
+        try:
+            work.wait()
+            return
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+        del work
+        raise RuntimeError(message)
+
+
 class _NcclPending:
     def __init__(self, channel: NcclChannel, done):
         self.channel, self.done = channel, done
 
-    def wait(self) -> None:
-        deadline = time.monotonic() + self.channel.timeout_s
+    def wait(self, tick: Callable[[], None] | None = None) -> None:
+        now = time.monotonic()
+        deadline, next_tick = now + self.channel.timeout_s, now + TICK_S
         while not self.done.query():
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 self.channel.close()
                 raise TimeoutError(f"nccl broadcast in group {self.channel.gen} did not complete within "
                                    f"{self.channel.timeout_s:.0f} s (communicator aborted)")
+            if tick is not None and now >= next_tick:
+                next_tick = now + TICK_S
+                try:
+                    tick()
+                except BaseException:
+                    self.channel.close()  # NCCL kernels of a dead group never finish on their own
+                    raise
             time.sleep(0.0005)
 
 

@@ -75,7 +75,8 @@ class CollectiveReceiver:
                 self.gen = None
                 llm.init_weight_transfer_engine({"init_info": {
                     "host": self.hub.host, "port": self.hub.port, "gen": gen, "rank_offset": rank_offset,
-                    "world_size": send["world"], "backend": send["backend"], "timeout_s": send["timeout_s"]}})
+                    "world_size": send["world"], "backend": send["backend"], "timeout_s": send["timeout_s"],
+                    "actor": self.actor_id, "inc": self.inc}})
                 self.gen = gen
             plan = self._plan(send["plan"])
             t1 = time.monotonic()

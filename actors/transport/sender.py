@@ -237,26 +237,36 @@ class CollectiveSender:
             g.channel.broadcast(header_tensor(self.seq, self.version, g.gen, len(plan), g.channel.device))
         except Exception as exc:
             error = exc
+        watch = self._watch(g)
         for bucket in source.buckets(plan):
             if error is not None:
                 continue
             try:
                 buf = pack(bucket).to(g.channel.device)
                 if pending is not None:
-                    pending.wait()
+                    pending.wait(watch)
                 pending = g.channel.start(buf)
                 sent += buf.numel()
                 if buf.data_ptr() == bucket[0][1].data_ptr():
                     # a view of the weights themselves: done before the source moves on (ZeRO-3 frees them)
-                    pending, _ = None, pending.wait()
+                    pending, _ = None, pending.wait(watch)
             except Exception as exc:
                 error, pending = exc, None
         if pending is not None and error is None:
             try:
-                pending.wait()
+                pending.wait(watch)
             except Exception as exc:
                 error = exc
         return error, sent
+
+    def _watch(self, g: _Group):
+        """While an NCCL broadcast waits: a member whose heartbeat went stale (its engine beats while
+        it receives) is dead, and the broadcast would otherwise hang to its timeout."""
+        def tick() -> None:
+            stale = [m.actor for m in g.members if self._stale(m.actor, m.inc)]
+            if stale:
+                raise self._error(g, "broadcast stalled", stale, f"no heartbeat for {self.cfg.stale_after_s:.0f} s")
+        return tick
 
     def _collect_done(self, g: _Group) -> WeightTransferError | None:
         missing = self.hub.wait_keys(self._keys(self.seq, "done", g.members), self.cfg.join_timeout_s)
@@ -267,8 +277,9 @@ class CollectiveSender:
 
     def _failed(self, g: _Group, error: Exception, out: Outcome, catch_up: bool) -> None:
         """Name who is missing, evict them for this version, drop the group, ask for a retry."""
+        self.hub.store.set(f"s{self.seq}/abort", "1")   # NCCL members blocked in a receive stop at their next tick
         if g.channel is not None:
-            g.channel.close()         # survivors blocked in this group's broadcast fail fast now
+            g.channel.close()         # gloo members blocked in this group's broadcast fail at once
         self.group = None
         if not isinstance(error, WeightTransferError):
             # Who is gone? The members that say neither done nor failed within a grace period.
@@ -299,5 +310,5 @@ class CollectiveSender:
         a member still reading an old send finds no decision and waits for the current one."""
         for seq in [s for s in self._sent if s < self.seq - 1]:
             actors = self._sent.pop(seq)
-            self.hub.delete([f"s{seq}/decision"] + [f"s{seq}/{w}/{a}" for w in ("ready", "done", "failed")
-                                                    for a in actors])
+            keys = [f"s{seq}/{w}/{a}" for w in ("ready", "done", "failed") for a in actors]
+            self.hub.delete([f"s{seq}/decision", f"s{seq}/abort", *keys])

@@ -44,6 +44,8 @@ class CollectiveInitInfo(WeightTransferInitInfo):
     world_size: int
     backend: str             # gloo | nccl
     timeout_s: float = 300.0
+    actor: str = ""          # who beats into the hub while a receive waits (NCCL)
+    inc: str = ""
 
 
 @dataclass
@@ -81,6 +83,7 @@ class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveU
         super().__init__(config, vllm_config, device, model)
         self.hub: Hub | None = None
         self.channel: Channel | None = None
+        self.member = ("", "")
         self.stats: dict[str, Any] = {}
 
     def init_transfer_engine(self, init_info: CollectiveInitInfo) -> None:
@@ -89,6 +92,7 @@ class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveU
         rank = init_info.rank_offset + pc.data_parallel_index * pc.world_size + pc.rank   # vLLM's NCCL formula
         if self.hub is None or (self.hub.host, self.hub.port) != (init_info.host, init_info.port):
             self.hub = Hub.connect(init_info.host, init_info.port, init_info.timeout_s)
+        self.member = (init_info.actor, init_info.inc)
         t0 = time.monotonic()
         self.channel = open_channel(init_info.backend, self.hub.store, init_info.gen, rank, init_info.world_size,
                                     init_info.timeout_s, self.device)
@@ -129,8 +133,9 @@ class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveU
         # complete. The next bucket is received while this one loads (two buckets of memory).
         buf = self._buffer(plan[0]) if plan else None
         pending = channel.start(buf) if plan else None
+        tick = self._tick(info.seq)
         for k, bucket in enumerate(plan):
-            pending.wait()
+            pending.wait(tick)
             current = buf
             if k + 1 < len(plan):
                 buf = self._buffer(plan[k + 1])
@@ -138,6 +143,15 @@ class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveU
             self.model.load_weights(unpack(current, bucket))
             nbytes += current.numel()
         self.stats.update(receive_s=time.monotonic() - t0, bytes=nbytes, buckets=len(plan), version=info.version)
+
+    def _tick(self, seq: int):
+        """While an NCCL receive waits: stay alive for the learner, and stop when it aborted the send."""
+        def tick() -> None:
+            if self.member[0]:
+                self.hub.beat(*self.member)
+            if self.hub.has(f"s{seq}/abort"):
+                raise RuntimeError(f"the learner aborted send {seq}")
+        return tick
 
     def _buffer(self, bucket) -> torch.Tensor:
         return torch.empty(bucket_nbytes(bucket), dtype=torch.uint8, device=self.channel.device)
