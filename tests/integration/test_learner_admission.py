@@ -13,6 +13,7 @@ from buffer import RunBuffer
 from buffer.audit import audit
 from learner.admission import Admission, TrainedLedger
 from learner.config import BatchConfig
+from learner.modes import configured_mode, fallback_mode
 from learner.trainer_config import LearnerConfig
 from tests.samples import make_group
 
@@ -37,7 +38,7 @@ def test_strict_on_policy_drops_straddled_responses(redis_server):
         buf.put_group(g)
     cfg = LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100,
                         data_timeout_s=30.0)
-    col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v)
+    col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=configured_mode(cfg))
     assert [g.group_id for _, g in col.entries] == ["clean", "half"]
     # half: responses 1 and 3 straddled v -> v+1; the rest (rewards 1, 0) is trained
     np.testing.assert_array_equal(col.loss_masks[1], [True, False, True, False])
@@ -48,3 +49,19 @@ def test_strict_on_policy_drops_straddled_responses(redis_server):
     assert len(letters) == 2 and all("straddle a weight update" in d["detail"] for d in letters)
     assert any("versions 3->4" in d["detail"] and "group dropped" in d["detail"] for d in letters)
     assert audit(buf.client, buf.run_id).outcomes["stale"] == 1    # the fully straddled group, ACKed 'stale'
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["off_policy", "guard_fallback"])
+def test_off_policy_trains_straddled_responses_the_guard_fallback_does_not(redis_server, fallback):
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    v = 5
+    half = _spans(make_group("half", version=v, seed=3), [(v, v), (v, v + 1), (v, v), (v, v + 1)])
+    buf.put_group(half)
+    cfg = LearnerConfig(mode="off_policy", max_lag=2, batch=BatchConfig(rollout_batch=1, mini_batch=1),
+                        loss={"eps_low": 0.2, "eps_high": 0.28}, block_ms=100, data_timeout_s=30.0)
+    mode = fallback_mode(cfg) if fallback else configured_mode(cfg)
+    col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=mode)
+    assert [g.group_id for _, g in col.entries] == ["half"]
+    want = [True, False, True, False] if fallback else [True] * 4
+    np.testing.assert_array_equal(col.loss_masks[0], want)
+    assert col.metrics()["lag/stale_dropped"] == (2 if fallback else 0)
