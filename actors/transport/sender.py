@@ -69,6 +69,21 @@ class Outcome:
         return dict(self.__dict__)
 
 
+class _Walked:
+    """A WeightSource that notes (in ``walked``) that its buckets were iterated."""
+
+    def __init__(self, source: WeightSource, walked: list):
+        self.source, self.walked = source, walked
+        self.rank, self.collective = source.rank, source.collective
+
+    def metadata(self):
+        return self.source.metadata()
+
+    def buckets(self, plan):
+        self.walked.append(True)
+        return self.source.buckets(plan)
+
+
 def bucket_bytes(cfg: CollectiveConfig, device: str) -> int:
     """The bucket budget; every learner rank must compute the same one (ZeRO-3 lockstep)."""
     backend = resolve_backend(cfg.backend, "cuda" if device == "cuda" else "cpu")
@@ -80,6 +95,8 @@ def drain(source: WeightSource, plan) -> None:
     if source.collective:
         for _ in source.buckets(plan):
             pass
+    elif isinstance(source, _Walked):
+        source.walked.append(True)
 
 
 class CollectiveSender:
@@ -155,9 +172,19 @@ class CollectiveSender:
 
     # ---- one attempt
     def send(self, source: WeightSource, catch_up: bool = False) -> Outcome:
-        """One attempt to deliver the published version (module docstring); every rank walks the plan."""
-        t0, out = time.monotonic(), Outcome()
+        """One attempt to deliver the published version (module docstring); every rank walks the plan,
+        also when this one fails on the way (the other ranks' gathers must not wait forever)."""
         plan = plan_buckets(source.metadata(), self.bucket_bytes)
+        walked = []
+        tracked = _Walked(source, walked)
+        try:
+            return self._send(tracked, plan, catch_up)
+        finally:
+            if not walked:
+                drain(source, plan)
+
+    def _send(self, source: WeightSource, plan, catch_up: bool) -> Outcome:
+        t0, out = time.monotonic(), Outcome()
         members = self.lacking() if catch_up else [r for r in self._live() if (r.actor, r.inc) not in self.evicted]
         members.sort(key=lambda r: r.actor)      # ranks by name: a restart does not reshuffle them
         if self.version is None or not members:
