@@ -16,8 +16,10 @@ needed. Both backends are built the same way and used through the same two metho
   thread with the same deadline.
 
 Bucket plans cut *before* a bucket would exceed the budget, so the extra memory of a version
-is max(bucket, largest tensor) on a receiver and the same again for the sender's pack copy,
-whatever the model size. Packing uses vLLM's ``pack_tensors`` layout.
+is max(bucket, largest tensor) on a receiver (two while one loads and the next arrives), whatever
+the model size. Inside a bucket a large tensor is broadcast straight from its own memory and
+small ones are packed (vLLM's ``pack_tensors`` layout), so the sender copies almost nothing;
+the receiver gets the bucket as one packed buffer either way.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from actors.transport import NamedTensors, ParamMeta
 
 Plan = list[list[ParamMeta]]
 TICK_S = 0.5          # how often a waiting NCCL broadcast runs its tick (heartbeat, abort checks)
+SOLO_BYTES = 1 << 20  # a tensor this large is broadcast on its own, from its own memory
 
 
 # ---- plans ---------------------------------------------------------------------------------------
@@ -95,6 +98,47 @@ def unpack(buf: torch.Tensor, bucket: list[ParamMeta]) -> NamedTensors:
 
 def bucket_nbytes(bucket: list[ParamMeta]) -> int:
     return sum(m.nbytes for m in bucket)
+
+
+def segments(bucket: list[ParamMeta]) -> list[tuple[int, int]]:
+    """Index ranges [a, b) of a bucket that go in one broadcast each: a tensor of ``SOLO_BYTES`` or
+    more alone (sent straight from its own memory: no pack copy), runs of smaller ones packed.
+    Both sides derive them from the plan, and the bytes land where ``unpack`` expects them."""
+    out, start = [], 0
+    for i, m in enumerate(bucket):
+        if m.nbytes >= SOLO_BYTES:
+            if start < i:
+                out.append((start, i))
+            out.append((i, i + 1))
+            start = i + 1
+    if start < len(bucket):
+        out.append((start, len(bucket)))
+    return out
+
+
+def send_bucket(channel: Channel, bucket: list[ParamMeta], tensors: NamedTensors,
+                tick: Callable[[], None] | None = None) -> int:
+    """Rank 0: every segment of one bucket, all in flight at once; returns when all are sent (the
+    tensors may be released then: under ZeRO-3 they are gathered only for this bucket)."""
+    pending, sent = [], 0
+    for a, b in segments(bucket):
+        buf = pack(tensors[a:b]).to(channel.device)
+        pending.append((channel.start(buf), buf))
+        sent += buf.numel()
+    for p, _ in pending:
+        p.wait(tick)
+    return sent
+
+
+def post_bucket(channel: Channel, bucket: list[ParamMeta]) -> tuple[torch.Tensor, list[Pending]]:
+    """A receiver: a fresh buffer for one bucket with every segment's receive posted into it."""
+    buf = torch.empty(bucket_nbytes(bucket), dtype=torch.uint8, device=channel.device)
+    pending, offset = [], 0
+    for a, b in segments(bucket):
+        size = bucket_nbytes(bucket[a:b])
+        pending.append(channel.start(buf[offset:offset + size]))
+        offset += size
+    return buf, pending
 
 
 # ---- channels ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ One *attempt* sends the published version to a set of members:
 3. ``send`` on the hub names the members; each sets ``ready`` at its next poll. The wait ends
    at ``join_timeout_s``, or earlier once every missing member's heartbeat is stale;
 4. ``decision``: ``abort`` if anyone is missing (they are evicted and named), else ``go``;
-5. the header, then one broadcast per bucket. Every learner rank walks the same bucket plan
+5. the header, then the buckets (``channel.send_bucket``). Every learner rank walks the same bucket plan
    (under ZeRO-3 each bucket is gathered on every rank); after a failure rank 0 keeps walking
    without sending, so the DeepSpeed group never deadlocks;
 6. ``done`` from every member, else the ones that did not answer (dead or hung) are named.
@@ -29,8 +29,8 @@ import torch
 
 from actors.config import CollectiveConfig
 from actors.transport import WeightSource, WeightTransferError
-from actors.transport.channel import (Channel, open_channel, pack, plan_buckets, plan_id, plan_to_json,
-                                      resolve_backend)
+from actors.transport.channel import (Channel, open_channel, plan_buckets, plan_id, plan_to_json, resolve_backend,
+                                      send_bucket)
 from actors.transport.hub import Hub, Registration
 from actors.transport.vllm_engine import header_tensor
 
@@ -254,9 +254,8 @@ class CollectiveSender:
         return None
 
     def _broadcast(self, g: _Group, source: WeightSource, plan) -> tuple[Exception | None, int]:
-        """Header and buckets, one in flight while the next is packed; after a failure the plan is
-        still walked to the end (ZeRO-3)."""
-        error, sent, pending = None, 0, None
+        """Header and buckets; after a failure the plan is still walked to the end (ZeRO-3)."""
+        error, sent = None, 0
         try:
             if g.channel is None:
                 g.channel = open_channel(self.backend, self.hub.store, g.gen, 0, g.world,
@@ -265,25 +264,12 @@ class CollectiveSender:
         except Exception as exc:
             error = exc
         watch = self._watch(g)
-        for bucket in source.buckets(plan):
-            if error is not None:
-                continue
-            try:
-                buf = pack(bucket).to(g.channel.device)
-                if pending is not None:
-                    pending.wait(watch)
-                pending = g.channel.start(buf)
-                sent += buf.numel()
-                if buf.data_ptr() == bucket[0][1].data_ptr():
-                    # a view of the weights themselves: done before the source moves on (ZeRO-3 frees them)
-                    pending, _ = None, pending.wait(watch)
-            except Exception as exc:
-                error, pending = exc, None
-        if pending is not None and error is None:
-            try:
-                pending.wait(watch)
-            except Exception as exc:
-                error = exc
+        for bucket, tensors in zip(plan, source.buckets(plan)):
+            if error is None:
+                try:
+                    sent += send_bucket(g.channel, bucket, tensors, watch)
+                except Exception as exc:
+                    error = exc
         return error, sent
 
     def _watch(self, g: _Group):

@@ -7,7 +7,7 @@ model loads; each worker then creates one engine from ``LLM(weight_transfer_conf
 
     llm.init_weight_transfer_engine({"init_info": ...})   join generation `gen` (closes the previous)
     llm.start_weight_update()                            vLLM's layerwise reload starts
-    llm.update_weights({"update_info": ...})             header, then one broadcast per bucket
+    llm.update_weights({"update_info": ...})             header, then the buckets (``channel.post_bucket``)
     llm.finish_weight_update()                           layerwise reload finalized
 
 Written against both vLLM 0.26 and 0.32: ``trainer_send_weights`` is a static stub (abstract
@@ -29,7 +29,7 @@ import torch
 from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightTransferInitInfo,
                                                    WeightTransferUpdateInfo)
 
-from actors.transport.channel import Channel, bucket_nbytes, open_channel, plan_from_json, unpack
+from actors.transport.channel import Channel, open_channel, plan_from_json, post_bucket, unpack
 from actors.transport.hub import Hub
 
 BACKEND = "lagrl_collective"
@@ -128,20 +128,18 @@ class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveU
         expected = [info.seq, info.version, info.gen, len(plan)]
         if header.tolist() != expected:
             raise RuntimeError(f"out of step with the learner: header {header.tolist()}, expected {expected}")
-        t0, nbytes = time.monotonic(), 0
+        t0, nbytes, tick = time.monotonic(), 0, self._tick(info.seq)
         # A fresh buffer per bucket: the layerwise reload may keep views of it until its layer is
         # complete. The next bucket is received while this one loads (two buckets of memory).
-        buf = self._buffer(plan[0]) if plan else None
-        pending = channel.start(buf) if plan else None
-        tick = self._tick(info.seq)
+        incoming = post_bucket(channel, plan[0]) if plan else None
         for k, bucket in enumerate(plan):
-            pending.wait(tick)
-            current = buf
+            buf, pending = incoming
+            for p in pending:
+                p.wait(tick)
             if k + 1 < len(plan):
-                buf = self._buffer(plan[k + 1])
-                pending = channel.start(buf)
-            self.model.load_weights(unpack(current, bucket))
-            nbytes += current.numel()
+                incoming = post_bucket(channel, plan[k + 1])
+            self.model.load_weights(unpack(buf, bucket))
+            nbytes += buf.numel()
         self.stats.update(receive_s=time.monotonic() - t0, bytes=nbytes, buckets=len(plan), version=info.version)
 
     def _tick(self, seq: int):
@@ -152,9 +150,6 @@ class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveU
             if self.hub.has(f"s{seq}/abort"):
                 raise RuntimeError(f"the learner aborted send {seq}")
         return tick
-
-    def _buffer(self, bucket) -> torch.Tensor:
-        return torch.empty(bucket_nbytes(bucket), dtype=torch.uint8, device=self.channel.device)
 
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload

@@ -102,3 +102,11 @@ def test_unbound_collective_transport_refuses_to_attach():
     assert type(transport).__name__ == "CollectiveTransport"
     with pytest.raises(WeightTransferError, match="no hub address"):
         transport.attach("actor-0", llm=None)
+
+
+def test_segments_send_large_tensors_alone_and_pack_runs_of_small_ones():
+    from actors.transport.channel import SOLO_BYTES, segments
+
+    small, large = ParamMeta("s", "uint8", (10,)), ParamMeta("L", "uint8", (SOLO_BYTES,))
+    assert segments([small, small, large, small, large, large]) == [(0, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    assert segments([small, small]) == [(0, 2)] and segments([large]) == [(0, 1)] and segments([]) == []
