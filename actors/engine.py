@@ -26,7 +26,8 @@ def set_engine_env(cfg: ActorConfig) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def build_llm(cfg: ActorConfig, model_dir: str, seed: int, max_num_seqs: int):
+def build_llm(cfg: ActorConfig, model_dir: str, seed: int, max_num_seqs: int, **extra):
+    """``extra``: more ``LLM`` arguments (the weight transport's ``llm_kwargs()``)."""
     set_engine_env(cfg)
     from vllm import LLM
 
@@ -41,4 +42,4 @@ def build_llm(cfg: ActorConfig, model_dir: str, seed: int, max_num_seqs: int):
         disable_log_stats=True,
     )
     kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization if _on_gpu(cfg) else cfg.cpu_memory_utilization
-    return LLM(**kwargs)
+    return LLM(**kwargs, **extra)

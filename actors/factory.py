@@ -16,9 +16,11 @@ def actor_name(run_id: str, index: int) -> str:
 
 def create_generation_actors(cfg: ActorConfig, run_id: str, redis_url: str, model_dir: str, *,
                              group_size: int, seed: int = 0, reward_scorer=None, count: int | None = None,
-                             buffer_cfg=None, log_dir: str | None = None) -> list[ray.actor.ActorHandle]:
+                             buffer_cfg=None, log_dir: str | None = None,
+                             transport=None) -> list[ray.actor.ActorHandle]:
     """Actors are named (findable from a notebook or a fault test) and restarted by Ray on a crash;
-    `run` is retried after a restart, so a restarted actor rejoins the loop by itself."""
+    `run` is retried after a restart, so a restarted actor rejoins the loop by itself (Ray passes
+    the same arguments again: ``transport``, the learner's ``actor_transport``, reaches it too)."""
     handles = []
     for i in range(cfg.num_actors if count is None else count):
         name = actor_name(run_id, i)
@@ -28,7 +30,7 @@ def create_generation_actors(cfg: ActorConfig, run_id: str, redis_url: str, mode
             runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib),
                                       "TOKENIZERS_PARALLELISM": "false"}},
         ).remote(name, run_id, redis_url, model_dir, cfg, group_size=group_size, seed=seed, reward_scorer=reward_scorer,
-                 buffer_cfg=buffer_cfg, log_dir=log_dir))
+                 buffer_cfg=buffer_cfg, log_dir=log_dir, transport=transport))
     return handles
 
 

@@ -71,7 +71,7 @@ class GenerationActorImpl:
                  log_dir: str | None = None):
         """``log_dir``: where the engine logs (``<run>/logs``; None: this process's stdout)."""
         from actors.engine import build_llm
-        from actors.transport import make_transport
+        from actors.transport import transport_for
         from buffer import RunBuffer
 
         self.actor_id, self.cfg = actor_id, cfg
@@ -81,12 +81,13 @@ class GenerationActorImpl:
         # buffer_cfg: the run's BufferConfig (None = defaults), e.g. its reclaim_idle_ms / backpressure
         self.buffer = RunBuffer.from_url(redis_url, run_id, buffer_cfg)
         self.eval_buffer = RunBuffer.from_url(redis_url, eval_run_id(run_id), buffer_cfg)
-        self.transport = transport or make_transport(cfg.weight_transport, run_id)
+        self.transport = transport or transport_for(cfg, run_id)
         self.scorer = reward_scorer
         index = int(actor_id.rsplit("-", 1)[-1]) if actor_id[-1].isdigit() else 0
         # every prompt in flight runs its whole group at once (the run's group size)
         self.llm = build_llm(cfg, model_dir, seed=seed + index,
-                             max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16))
+                             max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16),
+                             **self.transport.llm_kwargs())
         self.engine = self.llm.llm_engine
         self.version = 0
         self._prefix_cache_dirty = False
@@ -97,6 +98,7 @@ class GenerationActorImpl:
         self.stats = _Stats()
         self._last_beat = 0.0
         self._last_version_check = 0.0
+        self.transport.attach(actor_id, self.llm, keepalive=self._heartbeat)
         self.sync_weights(force=True)  # a restarted actor rejoins at the current version
 
     # ---- control (called from other threads: the Ray actor runs with max_concurrency > 1)
@@ -111,12 +113,6 @@ class GenerationActorImpl:
                 "weight_loads": self.stats.weight_loads, "last_error": self.stats.last_error,
                 "time": time.time()}
 
-    def engine_world_size(self) -> int:
-        return self.cfg.tensor_parallel_size
-
-    def connect_nccl(self, address: str, port: int, rank_offset: int, world_size: int, meta) -> None:
-        self.llm.collective_rpc("lagrl_nccl_connect", args=(address, port, rank_offset, world_size, meta))
-
     def sync_weights_from(self, location: str) -> None:
         """Load from an explicit location (tests, and a push-style transport)."""
         self.transport.load_into(self.llm, location)
@@ -126,19 +122,21 @@ class GenerationActorImpl:
 
     # ---- weights
     def sync_weights(self, force: bool = False) -> int:
-        """Load the buffer's current version if it is newer than the engine's."""
-        version, location = self.buffer.get_version()
-        if location and (version > self.version or force and version != self.version):
-            try:
-                self.transport.load_into(self.llm, location)
-            except Exception as exc:
-                # The published weights are gone: a learner killed with its job published them and
-                # its restarted incarnation, resumed from an older checkpoint, is retraining up to
-                # that version (it republishes it then). Keep the current weights and retry.
-                self.stats.last_error = f"weights {location} not loadable: {type(exc).__name__}: {exc}"[:500]
-                time.sleep(0.5)
-                return self.version
-            self.version = version
+        """Load what the transport has due (the buffer's version when it is newer than the engine's;
+        a collective send naming this actor); returns the version the engine holds."""
+        published = self.buffer.get_version()
+        try:
+            loaded = self.transport.poll(self.llm, self.version, published, force=force)
+        except Exception as exc:
+            # The published weights are gone: a learner killed with its job published them and
+            # its restarted incarnation, resumed from an older checkpoint, is retraining up to
+            # that version (it republishes it then). Or a collective receive lost a member; the
+            # learner sends again. Keep the current weights and retry.
+            self.stats.last_error = f"weights {published[1]} not loadable: {type(exc).__name__}: {exc}"[:500]
+            time.sleep(0.5)
+            return self.version
+        if loaded != self.version:
+            self.version = loaded
             self.stats.weight_loads += 1
             self._prefix_cache_dirty = True
         if self._prefix_cache_dirty:
@@ -164,9 +162,13 @@ class GenerationActorImpl:
 
     def _iteration(self) -> None:
         now = time.monotonic()
-        if now - self._last_version_check > 0.05 or not self._in_flight:
+        if now - self._last_version_check > 0.05 or not self._in_flight or not self.transport.consistent:
             self._last_version_check = now
             self.sync_weights()
+        if not self.transport.consistent:   # a receive failed mid-way: no token from mixed weights
+            self._heartbeat()
+            time.sleep(0.05)
+            return
         self._admit()
         if self.engine.has_unfinished_requests():
             for out in self.engine.step():
@@ -201,7 +203,9 @@ class GenerationActorImpl:
     def _wait_for_version(self, at_least: int) -> None:
         """The feeder only releases a prompt once its version is published, so this is short."""
         while self.sync_weights() < at_least and not self._stop.is_set():
-            self.buffer.wait_for_version(at_least, timeout_s=1.0)
+            self._heartbeat()
+            if self.buffer.wait_for_version(at_least, timeout_s=1.0) >= at_least:
+                time.sleep(0.02)    # published, not loaded yet (a collective sends it shortly)
 
     def _start(self, buffer, entry_id: str, prompt: PromptMsg) -> None:
         from vllm import SamplingParams

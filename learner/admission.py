@@ -8,8 +8,9 @@ previous incarnation first) and classifies each group it reads:
 * sampled by a version ahead of the learner: after a restore, the crashed learner had published
   it, so the group waits until the retrained updates reach that version; a version nobody
   published is corrupt and dead-lettered;
-* stale: strict on-policy drops a group left over from an earlier step's dynamic sampling and
-  raises ``PolicyLagError`` on any other lag; off-policy drops responses whose lag exceeds
+* stale: strict on-policy drops a group left over from an earlier step's dynamic sampling,
+  drops responses that straddle a weight update (sampled by two versions), and raises
+  ``PolicyLagError`` on any other lag; off-policy drops responses whose lag exceeds
   ``max_lag`` (dead letter ``stale``, counted) and trains the rest of the group;
 * zero advantage (all rewards equal): ACKed and discarded under dynamic sampling;
 * valid: its advantages and loss mask go to the step.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -94,8 +96,10 @@ def ack(buffer, entries: list[tuple[str, str]], outcome: str) -> None:
 class Admission:
     """Reads and classifies the groups of the learner's steps (module docstring)."""
 
-    def __init__(self, cfg: LearnerConfig, buffer, ledger: TrainedLedger):
+    def __init__(self, cfg: LearnerConfig, buffer, ledger: TrainedLedger, on_wait: Callable[[], None] | None = None):
+        """``on_wait()`` runs between reads while a step waits for data (the weight transport's upkeep)."""
         self.cfg, self.buffer, self.ledger = cfg, buffer, ledger
+        self.on_wait = on_wait
         self._backlog: deque[Entry] = deque(buffer.pending_groups(cfg.consumer))
         self._deferred: list[Entry] = []        # sampled by a version the learner has not reached
 
@@ -111,6 +115,8 @@ class Admission:
             for entry_id, group in got:
                 col.read += 1
                 self._admit(entry_id, group, col, version, step, mode)
+            if self.on_wait is not None:
+                self.on_wait()
             if not got:
                 self._publish_need(step, need - len(col.entries))
                 if deadline is not None and time.monotonic() > deadline:
@@ -144,6 +150,8 @@ class Admission:
             self._ahead(entry_id, g, version)
             return
         present = self._present(entry_id, g, lag, col, step, version, mode)
+        if present is not None and mode.strict:
+            present = self._one_version_only(entry_id, g, col, present)
         if present is None:
             return
         col.seen.append((g, present))
@@ -201,6 +209,26 @@ class Admission:
             + ("trained on the rest" if present.any() else "group dropped")))
         if present.any():
             return present
+        col.stale_groups += 1
+        ack(self.buffer, [(entry_id, g.group_id)], "stale")
+        return None
+
+    def _one_version_only(self, entry_id: str, g: Group, col: Collected, present: np.ndarray) -> np.ndarray | None:
+        """Strict on-policy trains no response whose weights changed while it was sampled
+        (version_end != version_start): those are dropped and dead-lettered as stale, the rest of
+        the group is trained (None: nothing left, the group is ACKed 'stale')."""
+        straddled = present & np.array([r.version_end != r.version_start for r in g.responses])    # (N,)
+        if not straddled.any():
+            return present
+        n, left = int(straddled.sum()), present & ~straddled
+        col.stale_responses += n
+        spans = sorted({(r.version_start, r.version_end) for r, s in zip(g.responses, straddled) if s})
+        self.buffer.dead_letter("learner", "stale", detail=(
+            f"group {g.group_id}: {n}/{len(straddled)} responses straddle a weight update (versions "
+            f"{', '.join(f'{a}->{b}' for a, b in spans)}); strict on-policy trains only responses sampled by "
+            "one version; " + ("trained on the rest" if left.any() else "group dropped")))
+        if left.any():
+            return left
         col.stale_groups += 1
         ack(self.buffer, [(entry_id, g.group_id)], "stale")
         return None

@@ -272,15 +272,18 @@ class RankEngine:
             else:
                 yield name, p.data.detach()
 
+    def weights(self):
+        """This rank's weights as the transport reads them (bucket by bucket; gathered under ZeRO-3)."""
+        from learner.weight_source import EngineWeights
+
+        return EngineWeights(self.engine.module, self.rank, self.cfg.zero_stage == 3)
+
     def publish(self, transport, version: int) -> str | None:
-        """Rank 0 hands the full weights to the transport; the other ranks join the gathers."""
+        """Every rank hands its weights to the transport (rank 0 sends, the others join the gathers);
+        rank 0's answer is the location."""
         if version != self.version:
             raise RuntimeError(f"publish of version {version} but rank {self.rank} is at {self.version}")
-        if self.rank == 0:
-            return transport.publish(self.iter_full_params(), version)
-        for _ in self.iter_full_params():
-            pass
-        return None
+        return transport.publish(self.weights(), version)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """CPU copies of all parameters on rank 0 (None elsewhere); for checkpoints and tests."""

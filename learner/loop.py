@@ -28,8 +28,10 @@ The learner prints nothing per step: :meth:`Learner.step` returns the row and th
 Driver usage (a Ray cluster is up; the buffer server is running)::
 
     with Learner.from_url(cfg, buffer_url=url, run_id=run_id, model_dir=model_dir, run_dir=run_dir,
-                          transport=make_transport("ray", run_id), temperature=1.0,
+                          transport=transport_for(actor_cfg, run_id), temperature=1.0,
                           group_size=16) as learner:
+        actors = create_generation_actors(..., transport=learner.actor_transport)
+        learner.sync_actors(actor_ids, timeout_s)   # a collective transport forms its group here
         learner.run(num_steps)  # or: while ...: metrics = learner.step()
     # on a clean exit: final checkpoint + ACKs; the ranks are shut down either way
 """
@@ -61,6 +63,7 @@ from learner.reduce import combine_updates, reduce_metrics
 from learner.schedule import schedule_for
 from learner.step_metrics import rollout_stats
 from learner.trainer_config import LearnerConfig
+from learner.weight_sync import WeightSync
 
 
 @dataclass
@@ -95,7 +98,9 @@ class Learner:
         else:
             ranks.check_compatible(cfg)
         self.ranks = ranks
-        ranks.call("set_transport", transport)
+        # rank 0's bound transport is what the actors get (a collective one: with its hub's address)
+        self.actor_transport = ranks.call("set_transport", transport)[0]
+        self.weight_sync = WeightSync(ranks, buffer, transport)
         self.controller = build_entropy_controller(cfg.entropy)
         self.guard = Guard(cfg.guard, entropy_target=getattr(cfg.entropy, "target", None))
         self.version = ranks.version()
@@ -108,7 +113,8 @@ class Learner:
             self._restore(last)
         self.mode: StepMode = mode_for(cfg, self.guard.mode)
         self._publish_clock()
-        self.admission = Admission(cfg, buffer, self.ledger)
+        self.admission = Admission(cfg, buffer, self.ledger,
+                                   on_wait=lambda: self.weight_sync.upkeep(self.version))
 
     @classmethod
     def from_url(cls, cfg: LearnerConfig, *, buffer_url: str, run_id: str, buffer_cfg=None, **kwargs) -> Learner:
@@ -146,7 +152,14 @@ class Learner:
             return
         location = self.ranks.call("publish", self.version)[0]
         self.buffer.publish_version(self.version, location)
-        self.ranks.call("after_announce")
+        self.weight_sync.announce()
+
+    def sync_actors(self, actor_ids: list[str], timeout_s: float) -> None:
+        """Start-up: wait until every actor is registered with the transport, then send the current
+        version to all of them (a collective transport forms its first group here; the object
+        store has no membership and returns at once)."""
+        if self.weight_sync.wait_for_actors(actor_ids, timeout_s):
+            self._publish()
 
     def _publish_due(self, version: int, last_of_step: bool) -> bool:
         """At versions divisible by sync_interval, and always after a step's last update: the
@@ -172,7 +185,8 @@ class Learner:
             idx = [i for gi in p.group_indices for i in by_group[gi]]
             report = lag_report(plan.v0 + p.update_index,           # update u runs at version v0 + u
                                 torch.tensor([rows[i].version_start for i in idx], dtype=torch.long),
-                                torch.tensor([rows[i].loss_tokens for i in idx], dtype=torch.long))
+                                torch.tensor([rows[i].loss_tokens for i in idx], dtype=torch.long),
+                                torch.tensor([rows[i].version_end for i in idx], dtype=torch.long))
             self._check_update_lags(report, p.update_index)
             plan.lags = plan.lags.merge(report)
             plan.rank_plans.append(plan_update(rows, idx, cfg.micro_batch_tokens, self.ranks.world))
@@ -238,7 +252,7 @@ class Learner:
              "grad/norm": float(np.mean(norms)), "grad/norm_max": float(np.max(norms)), "lr": infos[-1]["lr"],
              "tokens/trained": float(sum(tokens)), "tokens/trained_per_s": float(sum(tokens)) / max(t_train, 1e-9),
              "time/wait_data": t_data - t0, "time/prepare": t_prep - t_data, "time/train": t_train,
-             "time/weight_sync": sync_s}
+             "time/weight_sync": sync_s, **self.weight_sync.metrics()}
         if cfg.needs_reference:
             m["kl/mean"] = losses.get("kl/ref_k3", 0.0)
         next_mode = self._watch(m)

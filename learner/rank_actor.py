@@ -33,11 +33,16 @@ class LearnerRank:
         self.engine = None
         self.transport = None
 
+    @staticmethod
+    def _node_ip() -> str:
+        """This node's IP as registered with Ray (loopback on a node started with 127.0.0.1)."""
+        node_id = ray.get_runtime_context().get_node_id()
+        return next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id)
+
     def rendezvous(self) -> tuple[str, int]:
         """(this node's IP as registered with Ray, a free port on it) for the process group's
         TCP store; a node started with ``--node-ip-address 127.0.0.1`` stays on loopback."""
-        node_id = ray.get_runtime_context().get_node_id()
-        ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id)
+        ip = self._node_ip()
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((ip, 0))
             return ip, s.getsockname()[1]
@@ -81,18 +86,25 @@ class LearnerRank:
     def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, temperature: float, which: str) -> dict:
         return self.engine.score_rows(rows, micro_batches, loss_cfg, temperature, which)
 
-    def set_transport(self, transport) -> None:
-        """Keep the weight transport for this actor's lifetime: Ray reference-counts the
-        transport's store actor by its handles, so a per-call copy would let it die after publish."""
+    def set_transport(self, transport):
+        """Keep the weight transport for this actor's lifetime (Ray reference-counts the object
+        store transport's store actor by its handles, so a per-call copy would let it die after
+        publish) and bind it here; rank 0's answer is the transport the actors get (a collective
+        one carries the address of the hub rank 0 now serves)."""
         self.transport = transport
+        return transport.bind_learner(self.rank, self._node_ip(), self.engine.device_kind)
 
     def publish(self, version: int) -> str | None:
         return self.engine.publish(self.transport, version)
 
-    def after_announce(self) -> None:
-        """The transport's second half, once the version is in the buffer (rank 0 only)."""
-        if self.rank == 0:
-            self.transport.after_announce()
+    def after_announce(self, catch_up: bool = False) -> dict | None:
+        """The transport's second half, once the version is in the buffer (every rank: under
+        ZeRO-3 the weights are gathered bucket by bucket while rank 0 broadcasts)."""
+        return self.transport.after_announce(self.engine.weights(), catch_up=catch_up)
+
+    def transport_status(self) -> dict | None:
+        """Rank 0: which actors the transport sees live and whether one lacks the published version."""
+        return self.transport.learner_status() if self.rank == 0 else None
 
     def save_checkpoint(self, ckpt: str, init_model_dir: str) -> None:
         from learner.checkpoint import save_rank

@@ -6,14 +6,18 @@ and are imported by name when :func:`make_transport` builds one:
 
 - ``object_store`` (``ray``, the default; CPU and multi-node): tensors go into Ray's object
   store and a small named actor keeps references to the latest versions.
-- ``nccl`` (GPU clusters): a broadcast from learner rank 0 straight into every engine worker.
+- ``collective`` (GPU clusters; ``nccl`` is an alias): learner rank 0 and every engine worker
+  form one group and each version is one ordered set of bucketed broadcasts (NCCL on CUDA,
+  gloo on CPU, through the same code).
 
-Protocol of one version v:
+Protocol of one version v (every learner-side call runs on every learner rank, in the same
+order: under ZeRO-3 reading the weights gathers them, which is a collective):
 
-    learner (rank 0):  location = transport.publish(params, v)
-    coordinator:       buffer.publish_version(v, location)     # (version, location) atomically
-    learner (rank 0):  transport.after_announce()               # a broadcast happens here
-    actor:             sees v in the buffer -> transport.load_into(llm, location)
+    learner:      location = transport.publish(weights, v)        # rank 0's answer is used
+    coordinator:  buffer.publish_version(v, location)              # (version, location) atomically
+    learner:      outcome = transport.after_announce(weights)      # a collective broadcasts here;
+                                                                   # repeated while outcome["retry"]
+    actor:        between engine steps: version = transport.poll(llm, version, buffer.get_version())
 
 A *location* is a string ending in ``/<version>``.
 """
@@ -21,31 +25,126 @@ A *location* is a string ending in ``/<version>``.
 from __future__ import annotations
 
 import importlib
-from typing import Iterable, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-NamedTensors = list[tuple[str, torch.Tensor]]
+NamedTensors = list[tuple[str, "torch.Tensor"]]
 
 # kind (ActorConfig.weight_transport) -> "module:class" of its implementation
 IMPLEMENTATIONS = {
     "ray": "actors.transport.object_store:RayObjectStoreTransport",
-    "nccl": "actors.transport.nccl:NcclBroadcastTransport",
+    "collective": "actors.transport.collective:CollectiveTransport",
 }
+ALIASES = {"nccl": "collective"}
+
+
+class WeightTransferError(RuntimeError):
+    """A weight transfer that did not reach every member; the message names the missing ones."""
+
+    def __init__(self, what: str, missing: list[str] | None = None, detail: str = ""):
+        self.missing = list(missing or [])
+        text = what + (f": missing {', '.join(self.missing)}" if self.missing else "")
+        super().__init__(text + (f" ({detail})" if detail else ""))
+
+
+@dataclass(frozen=True)
+class ParamMeta:
+    """One parameter as the transport plans it: HF name, dtype name (``"bfloat16"``), full shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        import torch
+
+        n = getattr(torch, self.dtype).itemsize
+        for s in self.shape:
+            n *= s
+        return n
+
+
+class WeightSource(Protocol):
+    """The learner's current weights as a transport reads them, on one learner rank.
+
+    ``collective``: reading tensors is a collective (ZeRO-3 gathers), so every rank must call
+    :meth:`buckets` with the same plan and iterate it to the end, whatever it does with them.
+    """
+
+    rank: int
+    collective: bool
+
+    def metadata(self) -> list[ParamMeta]:
+        """Every parameter's name, dtype and full shape, in a fixed order (no gather)."""
+
+    def buckets(self, plan: list[list[ParamMeta]]) -> Iterator[NamedTensors]:
+        """The full tensors of each bucket of ``plan``, one bucket at a time (valid until the next)."""
+
+
+class TensorListSource:
+    """A :class:`WeightSource` over plain (name, tensor) pairs in one process (tests, tools)."""
+
+    collective = False
+
+    def __init__(self, params: Iterable[tuple[str, "torch.Tensor"]], rank: int = 0):
+        self.rank = rank
+        self._params = dict(params)
+
+    def metadata(self) -> list[ParamMeta]:
+        return [ParamMeta(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in self._params.items()]
+
+    def buckets(self, plan: list[list[ParamMeta]]) -> Iterator[NamedTensors]:
+        for bucket in plan:
+            yield [(m.name, self._params[m.name].detach()) for m in bucket]
+
+
+def as_source(weights) -> WeightSource:
+    """A WeightSource as it is, or plain (name, tensor) pairs wrapped in one."""
+    return weights if hasattr(weights, "buckets") else TensorListSource(weights)
 
 
 class WeightTransport(Protocol):
-    """Learner side: ``publish``, the coordinator writes (version, location) to the buffer, then
-    ``after_announce``. Actor side: ``load_into`` when the buffer shows a newer version."""
+    """One transport, both halves. It is pickled to the learner ranks and to every actor."""
 
-    def publish(self, params: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
-        """Make ``params`` available as ``version``; return the location actors load from."""
+    upkeep_s: float | None   # how often the learner calls ``after_announce(catch_up=True)`` while
+                             # waiting for data when ``learner_status()["pending"]`` (None: never)
 
-    def after_announce(self) -> None:
-        """Called once the version is visible in the buffer (a collective broadcasts here)."""
+    # ---- learner side (every rank)
+    def bind_learner(self, rank: int, host: str, device: str) -> WeightTransport:
+        """Once per rank when the learner starts; rank 0's answer is what the actors must get."""
+
+    def publish(self, weights: WeightSource | Iterable[tuple[str, torch.Tensor]], version: int) -> str | None:
+        """Make ``weights`` available as ``version``; rank 0 returns the location actors load from."""
+
+    def after_announce(self, weights: WeightSource, catch_up: bool = False) -> dict | None:
+        """Once the version is visible in the buffer (a collective broadcasts here). Rank 0 returns
+        ``{"retry": bool, "events": [str], ...}``; ``catch_up`` re-sends the published version to
+        the actors that lack it."""
+
+    def learner_status(self) -> dict | None:
+        """Rank 0: ``{"live": [actor ids], "pending": bool}`` (None: no membership to track)."""
+
+    # ---- actor side
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Extra ``vllm.LLM`` arguments the engine needs for this transport."""
+
+    def attach(self, actor_id: str, llm, keepalive: Callable[[], None] | None = None) -> None:
+        """Once the actor's engine is built (a restarted actor attaches again)."""
+
+    def poll(self, llm, have: int, published: tuple[int, str], force: bool = False) -> int:
+        """Between engine steps: load what is due; returns the version the engine now holds."""
+
+    @property
+    def consistent(self) -> bool:
+        """False while the engine holds a partly loaded version: it must not sample until a poll
+        completes a load."""
 
     def load_into(self, llm, location: str) -> None:
-        """Actor side: load the weights at ``location`` into a running vLLM engine."""
+        """Load the weights at ``location`` into a running vLLM engine (tests, explicit syncs)."""
 
 
 def parse_location_version(location: str) -> int:
@@ -57,8 +156,15 @@ def parse_location_version(location: str) -> int:
 
 
 def make_transport(kind: str, run_id: str, **kwargs) -> WeightTransport:
-    """The transport named by ``ActorConfig.weight_transport``."""
+    """The transport named by ``ActorConfig.weight_transport`` (``kwargs`` go to its constructor)."""
+    kind = ALIASES.get(kind, kind)
     if kind not in IMPLEMENTATIONS:
         raise ValueError(f"unknown weight transport {kind!r}; choose from {sorted(IMPLEMENTATIONS)}")
     module, _, name = IMPLEMENTATIONS[kind].partition(":")
     return getattr(importlib.import_module(module), name)(run_id, **kwargs)
+
+
+def transport_for(actors_cfg, run_id: str) -> WeightTransport:
+    """The transport an ``ActorConfig`` asks for, with its settings (what the driver builds)."""
+    kind = ALIASES.get(actors_cfg.weight_transport, actors_cfg.weight_transport)
+    return make_transport(kind, run_id, **({"cfg": actors_cfg.collective} if kind == "collective" else {}))

@@ -8,12 +8,11 @@ the object store, so this is for small models; GPU clusters use a collective bro
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable
 
 import ray
-import torch
 
-from actors.transport import NamedTensors
+from actors.transport import NamedTensors, WeightSource, as_source
 
 
 @ray.remote(num_cpus=0)
@@ -43,6 +42,8 @@ class RayObjectStoreTransport:
     """`ray://<store actor name>/<version>` locations backed by the Ray object store."""
 
     scheme = "ray"
+    upkeep_s = None         # nothing to maintain: any actor can fetch any kept version by name
+    consistent = True
 
     def __init__(self, run_id: str, keep: int = 2):
         self.store_name = f"lagrl-weights-{run_id}"
@@ -58,15 +59,47 @@ class RayObjectStoreTransport:
                 self._store = ray.get_actor(self.store_name)
         return self._store
 
-    def publish(self, params: Iterable[tuple[str, torch.Tensor]], version: int) -> str:
-        # Detached CPU copies: the learner keeps training while actors read this snapshot.
-        snapshot = [(name, t.detach().to("cpu", copy=True).contiguous()) for name, t in params]
+    # ---- learner side
+    def bind_learner(self, rank: int, host: str, device: str) -> RayObjectStoreTransport:
+        return self
+
+    def publish(self, weights, version: int) -> str | None:
+        """Every learner rank calls this; rank 0 stores the snapshot (the others only take part in
+        the ZeRO-3 gathers, one tensor at a time as before)."""
+        source: WeightSource = as_source(weights)
+        if source.rank != 0 and not source.collective:
+            return None
+        snapshot = []
+        for bucket in source.buckets([[m] for m in source.metadata()]):
+            if source.rank == 0:
+                # Detached CPU copies: the learner keeps training while actors read this snapshot.
+                snapshot += [(name, t.detach().to("cpu", copy=True).contiguous()) for name, t in bucket]
+        if source.rank != 0:
+            return None
         ref = ray.put(snapshot)
         ray.get(self._store_handle(create=True).put.remote(version, [ref]))
         return f"{self.scheme}://{self.store_name}/{version}"
 
-    def after_announce(self) -> None:
+    def after_announce(self, weights=None, catch_up: bool = False) -> None:
+        return None
+
+    def learner_status(self) -> None:
+        return None
+
+    # ---- actor side
+    def llm_kwargs(self) -> dict:
+        return {}
+
+    def attach(self, actor_id: str, llm, keepalive: Callable[[], None] | None = None) -> None:
         pass
+
+    def poll(self, llm, have: int, published: tuple[int, str], force: bool = False) -> int:
+        """The buffer's version when it is newer than the engine's (or differs, with ``force``)."""
+        version, location = published
+        if location and (version > have or force and version != have):
+            self.load_into(llm, location)
+            return version
+        return have
 
     def load_into(self, llm, location: str) -> None:
         llm.collective_rpc("lagrl_load_weights", args=(self.fetch(location),))

@@ -69,8 +69,8 @@ def run(cfg: RunConfig) -> RunResult:
     import ray
     from transformers import AutoTokenizer
 
-    from actors.factory import create_generation_actors, start_loops
-    from actors.transport import make_transport
+    from actors.factory import actor_name, create_generation_actors, start_loops
+    from actors.transport import transport_for
     from buffer import RunBuffer, open_buffer_server
     from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
@@ -107,7 +107,7 @@ def run(cfg: RunConfig) -> RunResult:
         pool = RewardPool(cfg=cfg.rewards)
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
                                    model_dir=model_dir, run_dir=run_path,
-                                   transport=make_transport(cfg.actors.weight_transport, cfg.run_id),
+                                   transport=transport_for(cfg.actors, cfg.run_id),
                                    temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
         if learner.resumed_from:
             r = learner.resumed_from
@@ -115,8 +115,11 @@ def run(cfg: RunConfig) -> RunResult:
                   f"(buffer at {r['published']})", flush=True)
         actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, group_size=cfg.group_size,
                                           seed=cfg.seed, reward_scorer=pool, buffer_cfg=cfg.buffer,
-                                          log_dir=str(run_path / "logs"))
+                                          log_dir=str(run_path / "logs"), transport=learner.actor_transport)
         loops = start_loops(actors)
+        # a collective transport forms its group with every actor here (the object store returns at once)
+        learner.sync_actors([actor_name(cfg.run_id, i) for i in range(cfg.actors.num_actors)],
+                            timeout_s=cfg.actors.collective.start_timeout_s)
         feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=cfg.learner.batch.rollout_batch,
                               group_size=cfg.group_size, temperature=cfg.temperature,
                               max_model_len=cfg.actors.max_model_len, stage_at=cfg.data.stage_at,

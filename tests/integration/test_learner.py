@@ -261,10 +261,12 @@ def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, world,
     set_weights(policy, learner.full_state_dict())
     valid = make_groups(policy, 4, v0, seed=5)
     zero = make_groups(policy, 1, v0, seed=6, rewards=[1.0] * GS)[0]
+    valid[0].responses[1].version_end = v0 + 1          # weights changed while it was sampled
     for g in valid[:2] + [zero] + valid[2:]:
         buf.put_group(g)
     m = learner.step()
     assert m["updates"] == 16 and m["version"] == v0 + 16 == ranks.version()
+    assert m["lag/straddled"] == 4                       # off-policy trains it (4 reuse passes) and reports it
     assert m["lag/hist"] == {str(k): GS for k in range(16)}               # update u trains one group at lag u
     assert m["lag/max"] == 15 and m["lag/mean"] == pytest.approx(7.5)
     assert m["groups/zero_adv_dropped"] == 1 and m["groups/read"] == 5 and m["lag/stale_dropped"] == 0

@@ -1,0 +1,176 @@
+"""lagrl's backend for vLLM's weight-transfer API (``vllm.distributed.weight_transfer``).
+
+Registered under :data:`BACKEND` through vLLM's ``WeightTransferEngineFactory`` when
+``actors.worker_extension`` is imported, which vLLM does in every worker process before the
+model loads; each worker then creates one engine from ``LLM(weight_transfer_config=
+{"backend": BACKEND})``. The actor drives it with vLLM's own RL calls:
+
+    llm.init_weight_transfer_engine({"init_info": ...})   join generation `gen` (closes the previous)
+    llm.start_weight_update()                            vLLM's layerwise reload starts
+    llm.update_weights({"update_info": ...})             header, then the buckets (``channel.post_bucket``)
+    llm.finish_weight_update()                           layerwise reload finalized
+
+Written against both vLLM 0.26 and 0.32: ``trainer_send_weights`` is a static stub (abstract
+in 0.26, gone in 0.32); ``update_weights`` is overridden because the base class synchronizes
+``torch.accelerator``, which raises on a CPU-only torch; ``shutdown_weight_transfer_engine``
+(0.32 only) is never needed: a new generation closes the old group in ``init_transfer_engine``.
+The learner side is lagrl's own (``actors.transport.sender``): vLLM's trainer-side engine
+changed its signature between 0.26 and 0.32 and pushes RPCs into engines, where lagrl's
+actors pull between engine steps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightTransferInitInfo,
+                                                   WeightTransferUpdateInfo)
+
+from actors.transport.channel import Channel, open_channel, plan_from_json, post_bucket, unpack
+from actors.transport.hub import Hub
+
+BACKEND = "lagrl_collective"
+
+
+@dataclass
+class CollectiveInitInfo(WeightTransferInitInfo):
+    host: str
+    port: int
+    gen: int                 # the generation (membership) this engine joins
+    rank_offset: int         # this actor's first rank; its workers add their engine rank
+    world_size: int
+    backend: str             # gloo | nccl
+    timeout_s: float = 300.0
+    actor: str = ""          # who beats into the hub while a receive waits (NCCL)
+    inc: str = ""
+
+
+@dataclass
+class CollectiveUpdateInfo(WeightTransferUpdateInfo):
+    seq: int                 # the learner's send number (checked against the header)
+    version: int
+    gen: int
+    plan: list = field(default_factory=list)     # plan_to_json form
+
+
+def header_tensor(seq: int, version: int, gen: int, n_buckets: int, device) -> torch.Tensor:
+    """What rank 0 broadcasts before the buckets: both sides check they are on the same send."""
+    return torch.tensor([seq, version, gen, n_buckets], dtype=torch.int64, device=device)
+
+
+def refresh_packed_copies(model: torch.nn.Module) -> None:
+    """vLLM 0.32 CPU: layers that keep their weight *and* a packed oneDNN copy of it (the tied
+    lm_head / embedding) are not re-packed by a reload, so logits would still use the old
+    weights. Re-run their own post-load processing. Layers whose weight was replaced by the
+    packed copy (numel 0) were already re-processed by the reload."""
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        method = getattr(module, "quant_method", None)
+        if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel():
+            method.process_weights_after_loading(module)
+
+
+class LagrlCollectiveEngine(WeightTransferEngine[CollectiveInitInfo, CollectiveUpdateInfo]):
+    """One per vLLM worker: receives the learner's bucketed broadcasts into the running model."""
+
+    init_info_cls = CollectiveInitInfo
+    update_info_cls = CollectiveUpdateInfo
+
+    def __init__(self, config, vllm_config, device, model) -> None:
+        super().__init__(config, vllm_config, device, model)
+        self.hub: Hub | None = None
+        self.channel: Channel | None = None
+        self.member = ("", "")
+        self.stats: dict[str, Any] = {}
+
+    def init_transfer_engine(self, init_info: CollectiveInitInfo) -> None:
+        self.shutdown()
+        pc = self.parallel_config
+        rank = init_info.rank_offset + pc.data_parallel_index * pc.world_size + pc.rank   # vLLM's NCCL formula
+        if self.hub is None or (self.hub.host, self.hub.port) != (init_info.host, init_info.port):
+            self.hub = Hub.connect(init_info.host, init_info.port, init_info.timeout_s)
+        self.member = (init_info.actor, init_info.inc)
+        t0 = time.monotonic()
+        self.channel = open_channel(init_info.backend, self.hub.store, init_info.gen, rank, init_info.world_size,
+                                    init_info.timeout_s, self.device)
+        self.stats["connect_s"] = time.monotonic() - t0
+
+    def start_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(self.model)
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        try:
+            self.receive_weights(self.parse_update_info(update_info))
+        except BaseException:
+            # Leave the group at once, so the learner's broadcast fails now instead of at its timeout.
+            # Give layers that received nothing their kernel tensors back so no parameter stays on
+            # meta. Layers loaded before the failure keep the new values: the model is mixed until
+            # the next complete load, and the actor does not sample from it (transport.consistent).
+            self.shutdown()
+            self.finish_weight_update()
+            raise
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def receive_weights(self, info: CollectiveUpdateInfo) -> None:
+        channel = self.channel
+        if channel is None or channel.gen != info.gen:
+            raise RuntimeError(f"update for group {info.gen}, this engine is in group "
+                               f"{channel.gen if channel else None}")
+        plan = plan_from_json(info.plan)
+        header = header_tensor(0, 0, 0, 0, channel.device)
+        channel.broadcast(header)
+        expected = [info.seq, info.version, info.gen, len(plan)]
+        if header.tolist() != expected:
+            raise RuntimeError(f"out of step with the learner: header {header.tolist()}, expected {expected}")
+        t0, nbytes, tick = time.monotonic(), 0, self._tick(info.seq)
+        # A fresh buffer per bucket: the layerwise reload may keep views of it until its layer is
+        # complete. The next bucket is received while this one loads (two buckets of memory).
+        incoming = post_bucket(channel, plan[0]) if plan else None
+        for k, bucket in enumerate(plan):
+            buf, pending = incoming
+            for p in pending:
+                p.wait(tick)
+            if k + 1 < len(plan):
+                incoming = post_bucket(channel, plan[k + 1])
+            self.model.load_weights(unpack(buf, bucket))
+            nbytes += buf.numel()
+        self.stats.update(receive_s=time.monotonic() - t0, bytes=nbytes, buckets=len(plan), version=info.version)
+
+    def _tick(self, seq: int):
+        """While an NCCL receive waits: stay alive for the learner, and stop when it aborted the send."""
+        def tick() -> None:
+            if self.member[0]:
+                self.hub.beat(*self.member)
+            if self.hub.has(f"s{seq}/abort"):
+                raise RuntimeError(f"the learner aborted send {seq}")
+        return tick
+
+    def finish_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        finalize_layerwise_reload(self.model, self.model_config)
+        refresh_packed_copies(self.model)
+
+    def shutdown(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+    @staticmethod
+    def trainer_send_weights(iterator, trainer_args) -> None:
+        """Abstract in vLLM 0.26's base class (removed in 0.32): lagrl's learner sends itself."""
+        raise NotImplementedError("the learner sends through actors.transport.sender.CollectiveSender")
+
+
+def register() -> None:
+    """Make :data:`BACKEND` known to vLLM's factory in this process (idempotent)."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    if BACKEND not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine(BACKEND, LagrlCollectiveEngine)

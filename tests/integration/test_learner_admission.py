@@ -1,0 +1,67 @@
+"""Admission against a real Redis: strict on-policy never trains a response that straddles a weight
+update (its version_end differs from its version_start); it is dropped, counted and dead-lettered as
+stale, and the rest of its group is trained (DESIGN.md §3, §8)."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+
+from buffer import RunBuffer
+from buffer.audit import audit
+from learner.admission import Admission, TrainedLedger
+from learner.config import BatchConfig
+from learner.modes import configured_mode, fallback_mode
+from learner.trainer_config import LearnerConfig
+from tests.samples import make_group
+
+pytestmark = pytest.mark.integration
+
+
+def _spans(g, spans):
+    for r, (start, end) in zip(g.responses, spans):
+        r.version_start, r.version_end = start, end
+    for r, reward in zip(g.responses, (1.0, 0.0, 0.0, 1.0)):
+        r.reward = reward
+    return g
+
+
+def test_strict_on_policy_drops_straddled_responses(redis_server):
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    v = 3
+    all_straddled = _spans(make_group("all", version=v, seed=1), [(v, v + 1)] * 4)
+    clean = _spans(make_group("clean", version=v, seed=2), [(v, v)] * 4)
+    half = _spans(make_group("half", version=v, seed=3), [(v, v), (v, v + 1), (v, v), (v, v + 1)])
+    for g in (all_straddled, clean, half):
+        buf.put_group(g)
+    cfg = LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100,
+                        data_timeout_s=30.0)
+    col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=configured_mode(cfg))
+    assert [g.group_id for _, g in col.entries] == ["clean", "half"]
+    # half: responses 1 and 3 straddled v -> v+1; the rest (rewards 1, 0) is trained
+    np.testing.assert_array_equal(col.loss_masks[1], [True, False, True, False])
+    np.testing.assert_allclose(col.advantages[1][[0, 2]], [1 / np.sqrt(2), -1 / np.sqrt(2)], atol=1e-5)
+    m = col.metrics()
+    assert m["groups/stale_dropped"] == 1 and m["lag/stale_dropped"] == 4 + 2 and m["groups/trained"] == 2
+    letters = [d for d in buf.dead_letters() if d["reason"] == "stale"]
+    assert len(letters) == 2 and all("straddle a weight update" in d["detail"] for d in letters)
+    assert any("versions 3->4" in d["detail"] and "group dropped" in d["detail"] for d in letters)
+    assert audit(buf.client, buf.run_id).outcomes["stale"] == 1    # the fully straddled group, ACKed 'stale'
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["off_policy", "guard_fallback"])
+def test_off_policy_trains_straddled_responses_the_guard_fallback_does_not(redis_server, fallback):
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    v = 5
+    half = _spans(make_group("half", version=v, seed=3), [(v, v), (v, v + 1), (v, v), (v, v + 1)])
+    buf.put_group(half)
+    cfg = LearnerConfig(mode="off_policy", max_lag=2, batch=BatchConfig(rollout_batch=1, mini_batch=1),
+                        loss={"eps_low": 0.2, "eps_high": 0.28}, block_ms=100, data_timeout_s=30.0)
+    mode = fallback_mode(cfg) if fallback else configured_mode(cfg)
+    col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=mode)
+    assert [g.group_id for _, g in col.entries] == ["half"]
+    want = [True, False, True, False] if fallback else [True] * 4
+    np.testing.assert_array_equal(col.loss_masks[0], want)
+    assert col.metrics()["lag/stale_dropped"] == (2 if fallback else 0)
