@@ -2,7 +2,9 @@
 
 Every preset is the baseline with a few fields changed, so a diff between two presets is the
 ablation. `scale_to_tiny` shrinks any preset to the CPU world while keeping what the ablation
-is about: N_reuse, D_R/D_T (hence N_SGD), the clip range, the entropy rule and the mode.
+is about: N_reuse, D_R/D_T (hence N_SGD), the group size, the clip range, the entropy rule and
+the mode. The Sky-T1 recipe's RL stages (another system, not Skywork ablations) live in
+``launch.presets_skyt1`` and are registered here.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Callable
 
 from actors.config import ActorConfig
 from launch.config import DataConfig, RunConfig, StageConfig
+from launch.presets_skyt1 import SKYT1_PRESETS
 from learner.config import AdaptiveEntropy, BatchConfig, FixedEntropy, NoEntropy, PolicyLossConfig
 from learner.trainer_config import LearnerConfig
 
@@ -108,6 +111,7 @@ PRESETS: dict[str, Callable[[], RunConfig]] = {
     **{f"temp_{t:g}": temperature(t) for t in (0.6, 1.0)},
     "entropy_adaptive": entropy("adaptive"), "entropy_none": entropy("none"),
     **{f"entropy_fixed_{c:g}": entropy("fixed", c) for c in (1e-4, 5e-4, 1e-3, 5e-3, 1e-2)},
+    **SKYT1_PRESETS,
 }
 
 
@@ -118,18 +122,26 @@ def get_preset(name: str) -> RunConfig:
 
 
 # The tiny CPU world: 16 tokens per response, ~0.5M-parameter model, 2 cores.
-TINY_GROUP_SIZE = 16
 TINY_ROLLOUT_UNIT = 32         # D_R 64 -> 32 (and D_T scaled by the same factor)
+TINY_PRM_LR = 1e-4             # PRIME's PRM in the tiny world (measured, see scale_to_tiny)
 
 
 def scale_to_tiny(cfg: RunConfig) -> RunConfig:
-    """Shrink batches to D_R 32 keeping D_R/D_T and N_reuse; tiny model, short responses, CPU engines.
+    """Shrink batches to D_R 32 keeping D_R/D_T, N_reuse and the group size (the rollouts per prompt
+    are part of a recipe: Skywork's 16, Sky-T1's 4 and 8); tiny model, short responses, CPU engines.
 
     lr 5e-4 / sqrt(N_SGD) with a 10-update warm-up. Without the warm-up Adam's first step
     (m/sqrt(v) ~ sign(g)) moves every weight by the full lr and the tiny policy loses most of its
     accuracy before RL can help; without the 1/sqrt(N_SGD) a 0.5M-parameter model taking 16
     updates per step collapses (measured: reuse-4 at 5e-4 falls from 0.28 to 0.09 avg@4, at 1e-4
-    it climbs to 0.52). The paper keeps lr fixed across ablations: pass --learner.lr to do so."""
+    it climbs to 0.52). The paper keeps lr fixed across ablations: pass --learner.lr to do so.
+
+    PRIME: the PRM gets lr 1e-4 (``TINY_PRM_LR``, measured) and the policy PRIME's ratio to it (5e-7 / 1e-6,
+    so 5e-5), not the 5e-4 above. Trained offline on the tiny policy's own rollouts (4 per prompt, PRIME's
+    filter), the PRM's held-out pairwise accuracy over 30 batches stayed at 0.41-0.51 at lr 1e-3 and 3e-4
+    (each update flattens what it saw, so rare wrong answers gain on the right ones) and at 0.59-0.67 at
+    5e-5, 1e-4 and 2e-4. A policy at 5e-4 follows the process rewards to those rare wrong answers (held-out
+    avg@4 0.275 -> 0.081 in 10 steps); at 5e-5 the PRM's held-out accuracy stays above chance for ~8 steps."""
     batch = cfg.learner.batch
     factor = max(batch.rollout_batch // TINY_ROLLOUT_UNIT, 1)
     if batch.mini_batch % factor:
@@ -137,9 +149,13 @@ def scale_to_tiny(cfg: RunConfig) -> RunConfig:
     tiny_batch = batch.model_copy(update=dict(rollout_batch=batch.rollout_batch // factor,
                                               mini_batch=batch.mini_batch // factor))
     learner = cfg.learner.model_dump()
-    learner.update(batch=tiny_batch.model_dump(), lr=5e-4 / tiny_batch.n_sgd ** 0.5, warmup_steps=10,
+    tiny_lr = 5e-4 / tiny_batch.n_sgd ** 0.5
+    learner.update(batch=tiny_batch.model_dump(), lr=tiny_lr, warmup_steps=10,
                    weight_decay=0.0, micro_batch_tokens=4096, checkpoint_every=5, num_ranks=1, zero_stage=0,
                    block_ms=200)
+    if cfg.learner.prime is not None:
+        learner.update(lr=TINY_PRM_LR * cfg.learner.lr / cfg.learner.prime.prm_lr)
+        learner["prime"]["prm_lr"] = TINY_PRM_LR
     actors = cfg.actors.model_copy(update=dict(
         num_actors=1, max_model_len=128, max_prompts_in_flight=2 * tiny_batch.rollout_batch, enforce_eager=True,
         num_gpus=0.0, dtype="float32"))
@@ -148,5 +164,5 @@ def scale_to_tiny(cfg: RunConfig) -> RunConfig:
     data = cfg.data.model_copy(update=dict(stages=stages, eval_n=4, eval_every=10, eval_max_problems=256,
                                               chat_template=False))
     return RunConfig.model_validate({**cfg.model_dump(), "tiny": True, "steps": min(cfg.steps, 40),
-                                     "group_size": TINY_GROUP_SIZE, "actors": actors.model_dump(),
+                                     "actors": actors.model_dump(),
                                      "learner": learner, "data": data.model_dump()})
