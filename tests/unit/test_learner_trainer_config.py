@@ -46,4 +46,5 @@ def test_contradictions_are_rejected():
 def test_prime_filter_needs_dynamic_sampling():
     assert LearnerConfig(prime=PrimeConfig()).prime.beta == 0.05
     with pytest.raises(ValueError, match="dynamic_sampling"):
-        LearnerConfig(prime=PrimeConfig(), dynamic_sampling=False, advantage=AdvantageConfig(reject_zero_advantage=False))
+        LearnerConfig(prime=PrimeConfig(), dynamic_sampling=False,
+                      advantage=AdvantageConfig(reject_zero_advantage=False))
