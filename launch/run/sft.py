@@ -86,7 +86,7 @@ def _engine_config(cfg: SftConfig, device: str):
                          lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, betas=cfg.betas,
                          adam_eps=cfg.adam_eps, grad_clip=cfg.grad_clip, zero_stage=cfg.zero_stage, dtype=cfg.dtype,
                          device=device, micro_batch_tokens=cfg.micro_batch_tokens,
-                         gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed)
+                         gradient_checkpointing=cfg.gradient_checkpointing)
 
 
 def train_sft(cfg: SftConfig) -> dict:
