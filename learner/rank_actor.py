@@ -33,7 +33,7 @@ class LearnerRank:
         self.engine = None
         self.transport = None
         self.prm = None          # PRIME's implicit PRM (learner.prm_engine), built by setup_prm
-        self._setup = None       # (cfg, model_dir, group_size, device) of setup, for the PRM
+        self._setup = None       # (model_dir, group_size, device) of setup: the PRM starts from the same
 
     def rendezvous(self) -> tuple[str, int]:
         """(this node's IP as registered with Ray, a free port on it) for the process group's
@@ -71,7 +71,7 @@ class LearnerRank:
         from learner.engine import RankEngine
 
         self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)
-        self._setup = (cfg, model_dir, group_size, device)
+        self._setup = (model_dir, group_size, device)
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
                 "ds_config": self.engine.ds_config}
 
@@ -90,7 +90,7 @@ class LearnerRank:
         True when a new one was built (collective: DeepSpeed initialises on every rank)."""
         from learner.prm_engine import PrmEngine, prm_signature
 
-        _, model_dir, group_size, device = self._setup
+        model_dir, group_size, device = self._setup
         if self.prm is not None and self.prm.signature == prm_signature(cfg, cfg.prime):
             return False
         self.prm = PrmEngine(cfg, cfg.prime, model_dir, self.rank, self.world, device, group_size)
