@@ -45,9 +45,12 @@ def config_line(cfg) -> str:
     b, lc = cfg.learner.batch, cfg.learner
     stages = " -> ".join(str(s.max_tokens) for s in cfg.data.stages)
     clip = f"{lc.loss.eps_low:g}/{lc.loss.eps_high:g}"
+    advantages = (f"PRIME (PRM lr {lc.prime.prm_lr:g}, filter [{lc.prime.filter_low:g}, {lc.prime.filter_high:g}])"
+                  if lc.prime is not None else lc.advantage.estimator)
     return (f"[config] {cfg.preset}{' (tiny)' if cfg.tiny else ''}: {lc.mode}, D_R {b.rollout_batch} D_T {b.mini_batch} "
             f"N_reuse {b.n_reuse} (N_SGD {b.n_sgd}), max_lag {lc.max_lag}, gs {cfg.group_size}, tau {cfg.temperature:g}, "
-            f"budget {stages} tokens, clip {clip}, entropy {lc.entropy.type}, lr {lc.lr:g}, {cfg.steps} steps, "
+            f"budget {stages} tokens, advantages {advantages}, clip {clip}, entropy {lc.entropy.type}, lr {lc.lr:g}, "
+            f"{cfg.steps} steps, "
             f"{cfg.actors.num_actors} actor(s), {lc.num_ranks} learner rank(s); "
             f"full config: {cfg.path}/config.json")
 

@@ -13,6 +13,10 @@ previous incarnation first) and classifies each group it reads:
   ``PolicyLagError`` on any other lag; off-policy drops responses whose lag exceeds
   ``max_lag`` (dead letter ``stale``, counted) and trains the rest of the group;
 * zero advantage (all rewards equal): ACKed and discarded under dynamic sampling;
+* PRIME (``cfg.prime``): instead of the zero-advantage rule, the online prompt filter: a group
+  whose accuracy over its present responses lies outside [filter_low, filter_high] is ACKed
+  'filtered' and counted (``prompts/filtered_frac``); its token advantages come later, from the
+  PRM (``learner.prime_step``);
 * valid: its advantages and loss mask go to the step.
 
 Groups that are trained are ACKed later, once a checkpoint covers them (:class:`TrainedLedger`).
@@ -34,6 +38,7 @@ from buffer.versions import group_lags
 from learner.advantages import compute_advantages
 from learner.errors import PolicyLagError
 from learner.modes import StepMode
+from learner.prime import group_accuracy, outcome_labels, prompt_filter
 from learner.trainer_config import LearnerConfig
 
 Entry = tuple[str, Group]          # (stream entry id, group)
@@ -52,11 +57,17 @@ class Collected:
     stale_responses: int = 0
     stale_groups: int = 0
     skipped_done: int = 0
+    filtered: int | None = None      # groups outside PRIME's accuracy band (None: no prompt filter)
 
     def metrics(self) -> dict[str, float]:
-        return {"groups/read": self.read, "groups/trained": len(self.entries),
-                "groups/zero_adv_dropped": self.zero_dropped, "groups/stale_dropped": self.stale_groups,
-                "groups/skipped_done": self.skipped_done, "lag/stale_dropped": float(self.stale_responses)}
+        out = {"groups/read": self.read, "groups/trained": len(self.entries),
+               "groups/zero_adv_dropped": self.zero_dropped, "groups/stale_dropped": self.stale_groups,
+               "groups/skipped_done": self.skipped_done, "lag/stale_dropped": float(self.stale_responses)}
+        if self.filtered is not None:
+            judged = self.filtered + len(self.entries)
+            out |= {"groups/filtered": self.filtered,
+                    "prompts/filtered_frac": self.filtered / judged if judged else 0.0}
+        return out
 
 
 class TrainedLedger:
@@ -106,7 +117,7 @@ class Admission:
     def collect(self, version: int, step: int, mode: StepMode) -> Collected:
         """D_R valid groups for ``step`` at learner ``version`` under ``mode`` (blocks; ``data_timeout_s``
         bounds it)."""
-        cfg, col = self.cfg, Collected()
+        cfg, col = self.cfg, Collected(filtered=None if self.cfg.prime is None else 0)
         need = cfg.batch.rollout_batch
         self._release_deferred(version)
         deadline = None if cfg.data_timeout_s is None else time.monotonic() + cfg.data_timeout_s
@@ -236,10 +247,10 @@ class Admission:
     def _score(self, entry_id: str, g: Group, present: np.ndarray, col: Collected) -> None:
         """Advantages of a fresh group; zero-advantage groups are discarded or masked."""
         cfg = self.cfg
-        res = compute_advantages(
-            torch.tensor(g.rewards)[None], torch.tensor([r.length for r in g.responses])[None],
-            torch.tensor([r.truncated for r in g.responses])[None], cfg.advantage,
-            max_len=g.max_tokens or None, present=torch.from_numpy(present)[None])
+        if cfg.prime is not None:
+            self._filter_prime(entry_id, g, present, col)
+            return
+        res = self._advantages(g, present, cfg.advantage)
         zero = bool(res.zero_groups[0])
         if zero and cfg.dynamic_sampling:
             col.zero_dropped += 1
@@ -250,3 +261,26 @@ class Admission:
         col.entries.append((entry_id, g))
         col.advantages.append(res.advantages[0].numpy())
         col.loss_masks.append(mask)
+
+    def _advantages(self, g: Group, present: np.ndarray, adv_cfg):
+        return compute_advantages(
+            torch.tensor(g.rewards)[None], torch.tensor([r.length for r in g.responses])[None],
+            torch.tensor([r.truncated for r in g.responses])[None], adv_cfg,
+            max_len=g.max_tokens or None, present=torch.from_numpy(present)[None])
+
+    def _filter_prime(self, entry_id: str, g: Group, present: np.ndarray, col: Collected) -> None:
+        """PRIME's online prompt filter (Cui et al. 2025): keep the group iff its accuracy over the
+        present responses lies in the band; kept groups get their loss mask (truncation masks) here
+        and their token advantages from the PRM once the step's batch is complete."""
+        prime = self.cfg.prime
+        correct = outcome_labels(torch.tensor(g.rewards, dtype=torch.float64))[None]           # (1, N)
+        accuracy = group_accuracy(correct, torch.from_numpy(present)[None])                    # (1,)
+        if not bool(prompt_filter(accuracy, prime.filter_low, prime.filter_high)[0]):
+            col.filtered += 1
+            ack(self.buffer, [(entry_id, g.group_id)], "filtered")
+            return
+        # zero outcome advantage is no reason to drop a group here: its process rewards still differ
+        res = self._advantages(g, present, self.cfg.advantage.model_copy(update={"reject_zero_advantage": False}))
+        col.entries.append((entry_id, g))
+        col.advantages.append(np.zeros(len(g.responses), dtype=np.float32))   # per token, from the PRM
+        col.loss_masks.append(res.loss_mask[0].numpy())

@@ -33,12 +33,14 @@ class Row:
     prompt_ids: np.ndarray       # (P,) int32
     response_ids: np.ndarray     # (R,) int32, R >= 1
     old_logprobs: np.ndarray     # (R,) float32 pi_old: behaviour (vLLM) or recomputed
-    advantage: float             # A_i, broadcast to every response token
+    advantage: float             # A_i, broadcast to every response token (unless token_advantages)
     version_start: int           # policy version that started sampling it
     version_end: int
     group_index: int             # index of its group in the step's rollout batch
     ref_logprobs: np.ndarray | None = None   # (R,) float32 frozen-reference log-probs (k3 KL)
     behaviour_logprobs: np.ndarray | None = None   # (R,) float32 mu, the actor's (old_logprobs until recomputed)
+    reward: float | None = None                    # the verifier's reward of the response (PRIME's outcome label)
+    token_advantages: np.ndarray | None = None     # (R,) float32 per-token A_t (PRIME); replaces `advantage`
 
     @property
     def input_len(self) -> int:
@@ -89,7 +91,8 @@ def rows_from_groups(
             rows.append(Row(prompt_ids=np.asarray(g.prompt_ids, dtype=np.int32),
                             response_ids=np.asarray(r.token_ids, dtype=np.int32),
                             old_logprobs=behaviour, advantage=float(a), version_start=int(r.version_start),
-                            version_end=int(r.version_end), group_index=gi, behaviour_logprobs=behaviour))
+                            version_end=int(r.version_end), group_index=gi, behaviour_logprobs=behaviour,
+                            reward=float(r.reward)))
     return rows
 
 
@@ -163,7 +166,7 @@ def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0) -> Mic
         targets[b, span] = r.response_ids
         mask[b, span] = True
         old[b, span] = r.old_logprobs
-        adv[b, span] = r.advantage
+        adv[b, span] = r.advantage if r.token_advantages is None else r.token_advantages
         if ref is not None:
             ref[b, span] = r.ref_logprobs
         if mu is not None:

@@ -7,6 +7,9 @@ Layout under ``{run_dir}/checkpoints/``::
                                files: loadable by transformers and vLLM as is
         deepspeed/state/       engine.save_checkpoint: module, optimizer, lr scheduler (per rank)
         rng_rank{r}.pt         torch / numpy / python (/ cuda) RNG states of rank r
+        prm/                   PRIME runs only: the implicit PRM, saved like the policy (hf/,
+                               deepspeed/state/ with its own optimizer, rng_rank{r}.pt); its
+                               ``version`` counts PRM updates. Committed by the same ``latest``.
         learner.json           coordinator state (LearnerState): step, version, entropy
                                controller, ids of the groups trained since the previous
                                checkpoint, buffer stream position, resolved config
@@ -38,6 +41,7 @@ import torch
 
 CHECKPOINTS = "checkpoints"
 DS_TAG = "state"
+PRM_DIR = "prm"           # the PRIME PRM's subdirectory of a checkpoint
 _WEIGHT_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
 
 

@@ -6,9 +6,11 @@ skipped):
 0. the step's mode (``learner.modes``): the configured one, or strict on-policy while the lag
    guard (``learner.guard``, off by default) holds the run there;
 1. admission (``learner.admission``): D_R valid groups with their GRPO advantages; stale,
-   duplicate, future and zero-advantage groups are dropped, dead-lettered or deferred there;
+   duplicate, future and zero-advantage groups are dropped, dead-lettered or deferred there
+   (PRIME: groups outside the accuracy band are filtered instead);
 2. the plan: rows of the responses in the loss, optional pi_old recompute / reference
-   log-probs (no grad, split over ranks), the mini-batch schedule (``learner.schedule``):
+   log-probs (no grad, split over ranks), with PRIME the PRM's update and the token advantages
+   from its process rewards (``learner.prime_step``), the mini-batch schedule (``learner.schedule``):
    update u of the step runs at version v0 + u, so reuse adds lag 0..N_SGD-1 on top of the
    actors' lag; each mini-batch is split into token-budget micro-batches dealt evenly to the
    ranks (``learner.batching``);
@@ -58,6 +60,7 @@ from learner.errors import PolicyLagError
 from learner.guard import Guard
 from learner.lag import LagReport, lag_report
 from learner.modes import StepMode, mode_for
+from learner.prime_step import PrimeStep
 from learner.rank_actor import RankGroup
 from learner.reduce import combine_updates, reduce_metrics
 from learner.schedule import schedule_for
@@ -75,6 +78,7 @@ class _StepPlan:
     rank_plans: list[list[list[list[int]]]] = field(default_factory=list)  # [update][rank][micro-batch] -> rows
     lags: LagReport = field(default_factory=LagReport)
     alpha: float = 0.0                          # entropy coefficient for this step
+    metrics: dict = field(default_factory=dict)  # the plan's own metrics (PRIME's PRM and rewards)
 
 
 class Learner:
@@ -101,6 +105,8 @@ class Learner:
         # rank 0's bound transport is what the actors get (a collective one: with its hub's address)
         self.actor_transport = ranks.call("set_transport", transport)[0]
         self.weight_sync = WeightSync(ranks, buffer, transport)
+        if cfg.prime is not None:
+            ranks.call("setup_prm", cfg)          # PRIME's implicit PRM beside the policy (learner.prm_engine)
         self.controller = build_entropy_controller(cfg.entropy)
         self.guard = Guard(cfg.guard, entropy_target=getattr(cfg.entropy, "target", None))
         self.version = ranks.version()
@@ -175,12 +181,13 @@ class Learner:
             self._score(rows, "policy", "old_logprobs")
         if cfg.needs_reference:
             self._score(rows, "reference", "ref_logprobs")
+        prime_metrics = PrimeStep(cfg, self.ranks).run(rows) if cfg.prime is not None else {}
         by_group: dict[int, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             by_group[r.group_index].append(i)
         schedule = schedule_for(self.mode.batch, seed=self.seed * 1_000_003 + self.steps_done,
                                 num_groups=len(col.entries))
-        plan = _StepPlan(rows=rows, v0=self.version)
+        plan = _StepPlan(rows=rows, v0=self.version, metrics=prime_metrics)
         for p in schedule:
             idx = [i for gi in p.group_indices for i in by_group[gi]]
             report = lag_report(plan.v0 + p.update_index,           # update u runs at version v0 + u
@@ -247,7 +254,7 @@ class Learner:
         norms = [i["grad/norm"] for i in infos]
         m = {"step": self.steps_done, "version": self.version, "mode": mode.name, "updates": len(infos),
              **rollout_stats([g for g, _ in col.seen], [p for _, p in col.seen]), **col.metrics(),
-             **plan.lags.metrics(), **losses, "entropy/coef": plan.alpha,
+             **plan.lags.metrics(), **plan.metrics, **losses, "entropy/coef": plan.alpha,
              **{k: v for k, v in self.controller.metrics().items() if k != "entropy/coef"},
              "grad/norm": float(np.mean(norms)), "grad/norm_max": float(np.max(norms)), "lr": infos[-1]["lr"],
              "tokens/trained": float(sum(tokens)), "tokens/trained_per_s": float(sum(tokens)) / max(t_train, 1e-9),
@@ -314,6 +321,8 @@ class Learner:
         if saved_run is not None and saved_run != self.buffer.run_id:
             raise ValueError(f"checkpoint {path} belongs to run {saved_run!r}, the buffer is run "
                              f"{self.buffer.run_id!r}: pass resume=False or the matching run_dir")
+        if self.cfg.prime is not None and not (path / ckpt_io.PRM_DIR).is_dir():
+            raise ValueError(f"checkpoint {path} has no PRM ({ckpt_io.PRM_DIR}/): it was not saved by a PRIME run")
         versions = set(self.ranks.call("load_checkpoint", str(path)))
         if versions != {state.version}:
             raise RuntimeError(f"checkpoint {path}: ranks restored versions {versions}, learner.json says {state.version}")
@@ -329,6 +338,10 @@ class Learner:
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """CPU copies of the current weights (HF names); a collective under ZeRO-3."""
         return self.ranks.call("full_state_dict")[0]
+
+    def prm_state_dict(self) -> dict[str, torch.Tensor]:
+        """CPU copies of the PRIME PRM's weights (HF names); a collective under ZeRO-3."""
+        return self.ranks.call("prm_state_dict")[0]
 
     def __enter__(self) -> Learner:
         return self

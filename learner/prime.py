@@ -233,6 +233,14 @@ def last_token_mask(mask: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------- online prompt filter
+CORRECT_AT = 1.0 - 1e-9   # a reward of 1 (up to float noise) is a correct answer, as in learner.step_metrics
+
+
+def outcome_labels(rewards: Tensor) -> Tensor:
+    """The outcome label r_o in {0, 1} of each verifier reward (1 = correct); any shape, float32."""
+    return (rewards >= CORRECT_AT).to(torch.float32)
+
+
 def group_accuracy(correct: Tensor, present: Tensor | None = None) -> Tensor:
     """Fraction of a group's (present) responses that are correct, in float64 so that band ends
     such as 0.2 = 1/5 compare exactly. (G, N) -> (G,); a group with no response has accuracy 0."""

@@ -32,6 +32,8 @@ class LearnerRank:
         self.rank, self.world = rank, world
         self.engine = None
         self.transport = None
+        self.prm = None          # PRIME's implicit PRM (learner.prm_engine), built by setup_prm
+        self._setup = None       # (model_dir, group_size, device) of setup: the PRM starts from the same
 
     @staticmethod
     def _node_ip() -> str:
@@ -74,6 +76,7 @@ class LearnerRank:
         from learner.engine import RankEngine
 
         self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)
+        self._setup = (model_dir, group_size, device)
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
                 "ds_config": self.engine.ds_config}
 
@@ -85,6 +88,28 @@ class LearnerRank:
 
     def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, temperature: float, which: str) -> dict:
         return self.engine.score_rows(rows, micro_batches, loss_cfg, temperature, which)
+
+    # --- PRIME's implicit PRM (learner.prm_engine) ---------------------------------------------
+    def setup_prm(self, cfg: LearnerConfig) -> bool:
+        """Build the PRM from the rank group's model dir unless one with the same settings exists;
+        True when a new one was built (collective: DeepSpeed initialises on every rank)."""
+        from learner.prm_engine import PrmEngine, prm_signature
+
+        model_dir, group_size, device = self._setup
+        if self.prm is not None and self.prm.signature == prm_signature(cfg, cfg.prime):
+            return False
+        self.prm = PrmEngine(cfg, cfg.prime, model_dir, self.rank, self.world, device, group_size)
+        return True
+
+    def prm_update(self, rows, micro_batches: list[list[int]], ref: dict, num_responses: int, beta: float,
+                   chunk: int) -> tuple[dict, dict]:
+        return self.prm.update(rows, micro_batches, ref, num_responses, beta, chunk)
+
+    def prm_score(self, rows, micro_batches: list[list[int]], chunk: int) -> dict:
+        return self.prm.score(rows, micro_batches, chunk)
+
+    def prm_state_dict(self):
+        return self.prm.full_state_dict()
 
     def set_transport(self, transport):
         """Keep the weight transport for this actor's lifetime (Ray reference-counts the object
@@ -107,13 +132,18 @@ class LearnerRank:
         return self.transport.learner_status() if self.rank == 0 else None
 
     def save_checkpoint(self, ckpt: str, init_model_dir: str) -> None:
-        from learner.checkpoint import save_rank
+        from learner.checkpoint import PRM_DIR, save_rank
 
         save_rank(self.engine, Path(ckpt), init_model_dir)
+        if self.prm is not None:
+            save_rank(self.prm, Path(ckpt) / PRM_DIR, init_model_dir)
 
     def load_checkpoint(self, ckpt: str) -> int:
-        from learner.checkpoint import load_rank
+        """Policy (and PRM, when this rank has one and the checkpoint holds one); the policy's version."""
+        from learner.checkpoint import PRM_DIR, load_rank
 
+        if self.prm is not None and (Path(ckpt) / PRM_DIR).is_dir():
+            load_rank(self.prm, Path(ckpt) / PRM_DIR)
         return load_rank(self.engine, Path(ckpt))
 
     def full_state_dict(self):

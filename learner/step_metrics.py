@@ -41,6 +41,8 @@ def summary_line(m: dict) -> str:
         return "-" if v is None else format(v, fmt)
 
     kl = f" kl {f('kl/mean', '.2e')}" if "kl/mean" in m else ""
+    prm = (f" | prm acc {f('prm/accuracy')} pair {f('prm/pairwise_accuracy')} loss {f('prm/loss')} "
+           f"filtered {f('prompts/filtered_frac', '.2f')}") if "prm/loss" in m else ""
     return (f"v{m['version']} {m['mode']} | reward {f('reward/mean')} acc {f('reward/accuracy')} "
             f"len {f('length/mean', '.1f')}/{f('length/max', '.0f')} trunc {f('truncation/rate', '.2f')} | "
             f"ent {f('entropy/mean')} coef {f('entropy/coef', '.1e')}{kl} | lag {f('lag/mean', '.2f')}/"
@@ -48,4 +50,4 @@ def summary_line(m: dict) -> str:
             f"| clip {f('clip/low_frac', '.3f')}/{f('clip/high_frac', '.3f')} ratio {f('ratio/mean')}/"
             f"{f('ratio/max', '.2f')} gnorm {f('grad/norm')} lr {f('lr', '.1e')} | train "
             f"{f('tokens/trained_per_s', '.0f')} tok/s wait {f('time/wait_data', '.2f')}s train "
-            f"{f('time/train', '.2f')}s sync {f('time/weight_sync', '.2f')}s")
+            f"{f('time/train', '.2f')}s sync {f('time/weight_sync', '.2f')}s{prm}")

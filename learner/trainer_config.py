@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from learner.config import (
-    AdaptiveEntropy, AdvantageConfig, BatchConfig, EntropyConfig, GuardConfig, PolicyLossConfig,
+    AdaptiveEntropy, AdvantageConfig, BatchConfig, EntropyConfig, GuardConfig, PolicyLossConfig, PrimeConfig,
 )
 
 # Fields that shape the DeepSpeed engines: a Learner may only reuse a rank group whose engines
@@ -58,6 +58,11 @@ class LearnerConfig(BaseModel):
     guard: GuardConfig = Field(default_factory=GuardConfig,
                                description="Lag guard: fall back to strict on-policy when entropy, mismatch or "
                                "clipping say off-policy training goes wrong (learner.guard; off by default).")
+    prime: PrimeConfig | None = Field(
+        None, description="PRIME (Cui et al. 2025; learner.prime, learner.prime_step): an implicit PRM trained "
+        "online beside the policy, token advantages from its process rewards plus the outcome reward with RLOO "
+        "baselines, and the online prompt filter at admission (replaces zero-advantage rejection and the "
+        "advantage estimator). None = outcome-reward advantages only (advantage.estimator).")
 
     # --- optimizer ---------------------------------------------------------------------------
     lr: float = Field(1e-6, gt=0, description="AdamW peak learning rate (1e-6 in Skywork-OR1).")
@@ -116,6 +121,9 @@ class LearnerConfig(BaseModel):
         if self.loss.correction.type != "none" and self.old_logprobs != "recompute":
             raise ValueError(f"loss.correction '{self.loss.correction.type}' weights by pi_old/mu: it needs "
                              "old_logprobs='recompute' (with 'behaviour', pi_old = mu and the weight is 1)")
+        if self.prime is not None and not self.dynamic_sampling:
+            raise ValueError("prime's prompt filter drops out-of-band groups and reads on until D_R are in "
+                             "band: it needs dynamic_sampling=True")
         if self.dynamic_sampling and not self.advantage.reject_zero_advantage:
             raise ValueError("dynamic_sampling=True discards zero-advantage groups; it contradicts "
                              "advantage.reject_zero_advantage=False")

@@ -33,6 +33,21 @@ def guard_summary(rows: list[dict]) -> dict | None:
             "on_policy_steps": sum(r.get("mode") == "on_policy" for r in rows), "events": events}
 
 
+def prime_summary(rows: list[dict]) -> dict | None:
+    """PRIME's figures (None for a run without a PRM): the PRM's held-out accuracies first -> last and
+    their mean after its first update, the prompt filter's share."""
+    prm = [r for r in rows if "prm/loss" in r]
+    if not prm:
+        return None
+    later = prm[1:] or prm
+    return {"prm_accuracy": _first_last(prm, "prm/accuracy"),
+            "prm_pairwise_accuracy": _first_last(prm, "prm/pairwise_accuracy"),
+            "prm_pairwise_accuracy_mean": float(np.mean([r["prm/pairwise_accuracy"] for r in later])),
+            "prm_accuracy_mean": float(np.mean([r["prm/accuracy"] for r in later])),
+            "filtered_groups": sum(int(r.get("groups/filtered", 0)) for r in prm),
+            "filtered_frac_mean": float(np.mean([r.get("prompts/filtered_frac", 0.0) for r in prm]))}
+
+
 def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int, seconds: float,
                   rows: list[dict], evals: list[dict], stop_reason: str) -> dict:
     """``rows``: every step's metrics row; ``evals``: the evaluation rows (first = before training)."""
@@ -55,6 +70,7 @@ def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int,
                    "stale_dropped": sum(int(r.get("groups/stale_dropped", 0)) for r in rows),
                    "stale_responses_dropped": sum(int(r.get("lag/stale_dropped", 0)) for r in rows)},
         "guard": guard_summary(rows),
+        "prime": prime_summary(rows),
         "files": {name: str(run_path / name) for name in
                   ("config.json", "metrics.jsonl", "summary.json", "checkpoints", "logs", "redis")},
     }
@@ -67,6 +83,14 @@ def _guard_lines(guard: dict | None) -> list[str]:
              f"{guard['on_policy_steps']} steps on-policy"]
     lines += [f"                {e['message'].removeprefix('[guard] ')}" for e in guard["events"]]
     return lines
+
+
+def _prime_lines(p: dict | None) -> list[str]:
+    if p is None:
+        return []
+    return [f"  PRIME PRM     held-out pairwise accuracy mean {p['prm_pairwise_accuracy_mean']:.3f}, sign accuracy "
+            f"mean {p['prm_accuracy_mean']:.3f} (after its first update); {p['filtered_groups']} groups filtered "
+            f"({p['filtered_frac_mean']:.0%} of those judged)"]
 
 
 def format_summary(s: dict) -> str:
@@ -89,6 +113,7 @@ def format_summary(s: dict) -> str:
         f"  groups        {g['trained']} trained, {g['zero_advantage_dropped']} zero-advantage dropped, "
         f"{g['stale_dropped']} stale dropped ({g['stale_responses_dropped']} stale responses)",
         *_guard_lines(s.get("guard")),
+        *_prime_lines(s.get("prime")),
         f"  files         {s['run_path']}/ (config.json, metrics.jsonl, summary.json, checkpoints/, logs/, redis/)",
         f"  notebook      LAGRL_RUN_DIR={s['run_path']} jupyter notebook notebooks/monitor.ipynb",
     ]

@@ -26,6 +26,9 @@ def test_tiny_keeps_reuse_and_batch_ratio(name):
     assert t.rollout_batch * b.mini_batch == b.rollout_batch * t.mini_batch
     assert t.n_sgd == b.n_sgd and tiny.temperature == big.temperature
     assert (tiny.learner.mode, tiny.learner.loss.eps_high) == (big.learner.mode, big.learner.loss.eps_high)
+    assert tiny.group_size == big.group_size                               # rollouts per prompt are the recipe's
+    assert (tiny.learner.prime is None) == (big.learner.prime is None)
+    assert tiny.learner.advantage.estimator == big.learner.advantage.estimator
 
 
 def test_paper_presets_hold_the_papers_numbers():
@@ -37,6 +40,27 @@ def test_paper_presets_hold_the_papers_numbers():
     assert (b.n_reuse, b.rollout_batch, b.mini_batch) == (4, 64, 16)
     assert b.n_sgd == 16 and off.learner.loss.eps_high == 0.28
     assert get_preset("temp_0.6").temperature == 0.6
+
+
+def test_skyt1_presets_hold_the_blogs_numbers():
+    """Sky-T1-7B (NovaSky 2025): batch 256, PRIME with 4 rollouts and the all-right/all-wrong filter,
+    RLOO with 8 rollouts and no filtering; lrs from PRIME's scripts (policy 5e-7, PRM 1e-6)."""
+    prime, rloo = get_preset("skyt1_prime"), get_preset("skyt1_rloo")
+    for cfg, gs in ((prime, 4), (rloo, 8)):
+        b = cfg.learner.batch
+        assert (b.rollout_batch, b.mini_batch, b.n_sgd, cfg.group_size) == (256, 256, 1, gs)
+        assert cfg.learner.mode == "on_policy" and cfg.learner.lr == 5e-7 and cfg.learner.loss.kl_beta == 0
+        assert cfg.learner.entropy.type == "none"
+    p = prime.learner.prime
+    assert (p.filter_low, p.filter_high, p.beta, p.prm_lr) == (0.2, 0.8, 0.05, 1e-6)
+    # with 4 rollouts the band keeps accuracies 1/4 .. 3/4: exactly "not all right, not all wrong"
+    assert [p.filter_low <= c / 4 <= p.filter_high for c in range(5)] == [False, True, True, True, False]
+    a = rloo.learner.advantage
+    assert rloo.learner.prime is None and a.estimator == "rloo"
+    assert not rloo.learner.dynamic_sampling and not a.reject_zero_advantage      # no filtering
+    tiny = scale_to_tiny(prime)
+    assert tiny.learner.prime.prm_lr == 1e-4 and tiny.learner.lr == 1e-5      # measured (scale_to_tiny)
+    assert scale_to_tiny(rloo).learner.lr == 2e-4 and scale_to_tiny(get_preset("onpolicy")).learner.lr == 5e-4
 
 
 def test_overrides_apply_with_types():

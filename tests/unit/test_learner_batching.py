@@ -37,6 +37,24 @@ def test_collate_aligns_response_tokens_with_logits():
     assert back[0].tolist() == [-1, -2, -3, -4] and back[1].tolist() == [-1, -2]
 
 
+def test_token_advantages_replace_the_broadcast_one():
+    """PRIME's per-token advantages go to their positions; rows without them still broadcast A_i
+    (GRPO/RLOO rows collate exactly as before)."""
+    rows = [_row(3, 4, adv=0.5), _row(2, 2, adv=-1.0)]
+    rows[0].token_advantages = np.array([0.1, -0.2, 0.3, -0.4], dtype=np.float32)
+    mb = collate(rows, [0, 1])
+    assert mb.advantages[0].tolist() == pytest.approx([0, 0, 0.1, -0.2, 0.3, -0.4])
+    assert mb.advantages[1].tolist() == [0, -1.0, -1.0, 0, 0, 0]
+
+
+def test_rows_carry_the_verifier_reward():
+    g = Group("g", "g", "s", 0, np.array([1, 2], np.int32), "1", [
+        Response(np.array([5, 6], np.int32), np.zeros(2, np.float32), "stop", 0, 0, 1.0),
+        Response(np.array([7], np.int32), np.zeros(1, np.float32), "stop", 0, 0, 0.0)], "a")
+    rows = rows_from_groups([g], [np.array([0.5, -0.5])], [np.array([True, True])])
+    assert [r.reward for r in rows] == [1.0, 0.0] and all(r.token_advantages is None for r in rows)
+
+
 def test_dummy_micro_batch_has_no_loss_tokens():
     mb = collate([], [])
     assert mb.input_ids.shape == (1, 1) and mb.num_loss_tokens == 0 and mb.row_index.tolist() == [-1]

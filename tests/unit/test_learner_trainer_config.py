@@ -2,7 +2,7 @@
 
 import pytest
 
-from learner.config import AdvantageConfig, BatchConfig, PolicyLossConfig
+from learner.config import AdvantageConfig, BatchConfig, PolicyLossConfig, PrimeConfig
 from learner.trainer_config import LearnerConfig, strict_on_policy_problems
 
 
@@ -41,3 +41,10 @@ def test_contradictions_are_rejected():
         LearnerConfig(advantage=AdvantageConfig(reject_zero_advantage=False))
     with pytest.raises(ValueError):
         LearnerConfig(zero_stage=4)
+
+
+def test_prime_filter_needs_dynamic_sampling():
+    assert LearnerConfig(prime=PrimeConfig()).prime.beta == 0.05
+    with pytest.raises(ValueError, match="dynamic_sampling"):
+        LearnerConfig(prime=PrimeConfig(), dynamic_sampling=False,
+                      advantage=AdvantageConfig(reject_zero_advantage=False))
