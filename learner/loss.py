@@ -33,7 +33,10 @@ from torch import Tensor
 
 from learner.config import PolicyLossConfig
 from learner.corrections import (
-    behaviour_log_ratio, behaviour_mismatch_metrics, correction_metrics, correction_weights,
+    behaviour_log_ratio,
+    behaviour_mismatch_metrics,
+    correction_metrics,
+    correction_weights,
 )
 from learner.lag import ratio_stats
 

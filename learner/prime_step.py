@@ -30,7 +30,12 @@ import torch
 from learner.batching import Row, plan_update
 from learner.config import PrimeConfig
 from learner.prime import (
-    implicit_process_rewards, outcome_labels, pad_rows, prime_advantages, prm_loss, unpad_rows,
+    implicit_process_rewards,
+    outcome_labels,
+    pad_rows,
+    prime_advantages,
+    prm_loss,
+    unpad_rows,
 )
 from learner.prm_engine import PRM_TEMPERATURE
 from learner.trainer_config import LearnerConfig

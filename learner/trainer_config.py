@@ -17,7 +17,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from learner.config import (
-    AdaptiveEntropy, AdvantageConfig, BatchConfig, EntropyConfig, GuardConfig, PolicyLossConfig, PrimeConfig,
+    AdaptiveEntropy,
+    AdvantageConfig,
+    BatchConfig,
+    EntropyConfig,
+    GuardConfig,
+    PolicyLossConfig,
+    PrimeConfig,
 )
 
 # Fields that shape the DeepSpeed engines: a Learner may only reuse a rank group whose engines

@@ -22,7 +22,6 @@ import re
 import signal
 import sys
 
-
 _DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox|\\begin\{(?:equation|align)")
 
 

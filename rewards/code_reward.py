@@ -26,9 +26,19 @@ from typing import Any
 
 from rewards.config import RewardConfig
 from rewards.extract import extract_code
-from rewards.result import (BAD_GOLD, CORRECT, MEMORY, NO_CODE, RUNTIME_ERROR, SANDBOX_ERROR,
-                            SYNTAX_ERROR, TIMEOUT, WRONG, RewardResult)
-from rewards.sandbox import SandboxLimits, SandboxResult, CodeTest, check_syntax, run_tests
+from rewards.result import (
+    BAD_GOLD,
+    CORRECT,
+    MEMORY,
+    NO_CODE,
+    RUNTIME_ERROR,
+    SANDBOX_ERROR,
+    SYNTAX_ERROR,
+    TIMEOUT,
+    WRONG,
+    RewardResult,
+)
+from rewards.sandbox import CodeTest, SandboxLimits, SandboxResult, check_syntax, run_tests
 
 _SPEC_KEYS = ("inputs", "tests", "asserts")
 EXTRACTED_CHARS = 2000  # RewardResult.extracted keeps the program's head: it travels in every group message

@@ -29,8 +29,15 @@ import torch
 
 from actors.config import CollectiveConfig
 from actors.transport import WeightSource, WeightTransferError
-from actors.transport.channel import (Channel, open_channel, plan_buckets, plan_id, plan_to_json, resolve_backend,
-                                      send_bucket)
+from actors.transport.channel import (
+    Channel,
+    open_channel,
+    plan_buckets,
+    plan_id,
+    plan_to_json,
+    resolve_backend,
+    send_bucket,
+)
 from actors.transport.hub import Hub, Registration
 from actors.transport.vllm_engine import header_tensor
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from vllm.distributed.weight_transfer.base import (WeightTransferEngine, WeightTransferInitInfo,
-                                                   WeightTransferUpdateInfo)
+from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo, WeightTransferUpdateInfo
 
 from actors.transport.channel import Channel, open_channel, plan_from_json, post_bucket, unpack
 from actors.transport.hub import Hub

@@ -7,10 +7,10 @@ import time
 import pytest
 
 from buffer import RunBuffer
+from buffer.versions import StepClock
 from launch.run.data import PromptRenderer
 from launch.run.feeder import PromptFeeder
 from rewards.problems import Problem
-from buffer.versions import StepClock
 from tests.samples import make_group
 
 pytestmark = pytest.mark.integration

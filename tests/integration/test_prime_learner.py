@@ -20,8 +20,17 @@ from learner.loss import PolicyLossInputs, policy_loss
 from learner.prime import outcome_labels, prm_loss
 from learner.prime_step import prime_token_advantages
 from tests.integration.test_learner import (  # noqa: F401  (fixtures)
-    GS, learner_cfg, make_buffer, make_groups, make_learner, max_diff, policy, redis_url, set_weights,
-    update_error, world,
+    GS,
+    learner_cfg,
+    make_buffer,
+    make_groups,
+    make_learner,
+    max_diff,
+    policy,
+    redis_url,
+    set_weights,
+    update_error,
+    world,
 )
 
 pytestmark = pytest.mark.integration

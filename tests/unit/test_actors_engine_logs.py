@@ -8,7 +8,12 @@ import os
 import pytest
 
 from actors.engine_logs import (
-    FAILED_TO_LOAD, RELOAD_LOGGER, ExpectedReloadWarnings, engine_logging_config, route_engine_logs, ties_embeddings,
+    FAILED_TO_LOAD,
+    RELOAD_LOGGER,
+    ExpectedReloadWarnings,
+    engine_logging_config,
+    route_engine_logs,
+    ties_embeddings,
 )
 
 

@@ -10,7 +10,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_package_is_this_checkouts():
-    import actors, buffer, launch, learner, rewards  # noqa: E401
+    import actors  # noqa: E401
+    import buffer
+    import launch
+    import learner
+    import rewards
 
     assert install_check.problems() == []
     for module in (actors, buffer, launch, learner, rewards):

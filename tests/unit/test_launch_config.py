@@ -95,10 +95,9 @@ def test_cross_field_rule_is_checked_after_override():
 def test_shared_settings_live_once():
     """Temperature, group size and response budgets are the run's: no component config repeats them."""
     from actors.config import ActorConfig
+    from launch.config import DataConfig
     from learner.config import BatchConfig, PolicyLossConfig
     from learner.trainer_config import LearnerConfig
-
-    from launch.config import DataConfig
 
     for model in (ActorConfig, LearnerConfig, PolicyLossConfig, BatchConfig, DataConfig):
         assert not {"temperature", "group_size", "max_tokens", "max_response_tokens", "seed", "shuffle_seed"} \

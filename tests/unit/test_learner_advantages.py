@@ -4,7 +4,11 @@ import pytest
 import torch
 
 from learner.advantages import (
-    broadcast_to_tokens, compute_advantages, group_normalize, overlong_penalty, scale_rewards,
+    broadcast_to_tokens,
+    compute_advantages,
+    group_normalize,
+    overlong_penalty,
+    scale_rewards,
 )
 from learner.config import AdvantageConfig
 

@@ -4,8 +4,17 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from learner.config import (
-    AdaptiveEntropy, AdvantageConfig, BatchConfig, DecoupledPPO, FixedEntropy, GuardConfig, MaskedIS,
-    NoCorrection, NoEntropy, PolicyLossConfig, TruncatedIS,
+    AdaptiveEntropy,
+    AdvantageConfig,
+    BatchConfig,
+    DecoupledPPO,
+    FixedEntropy,
+    GuardConfig,
+    MaskedIS,
+    NoCorrection,
+    NoEntropy,
+    PolicyLossConfig,
+    TruncatedIS,
 )
 
 MODELS = [AdvantageConfig, PolicyLossConfig, AdaptiveEntropy, FixedEntropy, NoEntropy, BatchConfig,

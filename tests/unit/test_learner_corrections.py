@@ -11,10 +11,19 @@ import torch
 from pydantic import TypeAdapter, ValidationError
 
 from learner.config import (
-    CorrectionConfig, DecoupledPPO, MaskedIS, NoCorrection, PolicyLossConfig, TruncatedIS,
+    CorrectionConfig,
+    DecoupledPPO,
+    MaskedIS,
+    NoCorrection,
+    PolicyLossConfig,
+    TruncatedIS,
 )
 from learner.corrections import (
-    behaviour_log_ratio, correction_weights, decoupled_weights, mask_weights, tis_weights,
+    behaviour_log_ratio,
+    correction_weights,
+    decoupled_weights,
+    mask_weights,
+    tis_weights,
 )
 from learner.loss import PolicyLossInputs, policy_loss
 from learner.reduce import reduce_metrics

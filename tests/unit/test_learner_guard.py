@@ -13,8 +13,15 @@ from pydantic import ValidationError
 from learner.config import GuardConfig
 from learner.guard import Decision, Guard, GuardEvent
 from learner.guard_rules import (
-    RULES, Baseline, clip_frac_rule, entropy_floor_rule, entropy_floors, entropy_slope_rule, evaluate,
-    least_squares_slope, mismatch_kl_rule,
+    RULES,
+    Baseline,
+    clip_frac_rule,
+    entropy_floor_rule,
+    entropy_floors,
+    entropy_slope_rule,
+    evaluate,
+    least_squares_slope,
+    mismatch_kl_rule,
 )
 
 OFF = dict(entropy_floor=None, entropy_floor_start_frac=None, entropy_floor_target_frac=None,

@@ -8,9 +8,19 @@ from pydantic import ValidationError
 
 from learner.config import PrimeConfig
 from learner.prime import (
-    group_accuracy, group_leave_one_out, implicit_process_rewards, last_token_mask, masked_whiten,
-    normalize_process_rewards, pad_rows, prime_advantages, prm_loss, prm_pairwise_accuracy,
-    prompt_filter, prompt_filter_metrics, unpad_rows,
+    group_accuracy,
+    group_leave_one_out,
+    implicit_process_rewards,
+    last_token_mask,
+    masked_whiten,
+    normalize_process_rewards,
+    pad_rows,
+    prime_advantages,
+    prm_loss,
+    prm_pairwise_accuracy,
+    prompt_filter,
+    prompt_filter_metrics,
+    unpad_rows,
 )
 
 T, F = True, False

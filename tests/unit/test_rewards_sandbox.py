@@ -16,7 +16,7 @@ import uuid
 import psutil
 import pytest
 
-from rewards.sandbox import SandboxLimits, CodeTest, check_syntax, isolation_report, run_code, run_tests
+from rewards.sandbox import CodeTest, SandboxLimits, check_syntax, isolation_report, run_code, run_tests
 from tests.unit._sandbox_checks import assert_nothing_survives
 
 LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16)

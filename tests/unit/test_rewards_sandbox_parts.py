@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from rewards import _sandbox_cgroup, _sandbox_seccomp, _sandbox_sockets, _sandbox_wire as wire
+from rewards import _sandbox_cgroup, _sandbox_seccomp, _sandbox_sockets
+from rewards import _sandbox_wire as wire
 
 PLAIN = [None, True, 0, -7, 2 ** 80, -(2 ** 60), 1.5, math.inf, "s", [1, [2]], (1, (2,)), {3, 4}, frozenset({5}),
          {"a": 1, 2: [3], (4, 5): None}, b"\x00\xff", 1 + 2j, []]
