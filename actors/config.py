@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.placement import CustomResources
+
 
 class ActorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -32,3 +34,11 @@ class ActorConfig(BaseModel):
     heartbeat_s: float = Field(2.0, gt=0.0, description="Seconds between heartbeats in the buffer's actors hash.")
     idle_poll_ms: int = Field(200, ge=1, description="How long an idle actor blocks on the prompts stream per poll.")
     seed: int = Field(0, ge=0, description="Engine sampling seed (each actor adds its index).")
+    # --- placement on a cluster (actors.placement) ---
+    resources: CustomResources = Field(
+        default_factory=dict, description="Custom Ray resources each actor needs, e.g. {\"gen\": 1}: actors "
+        "go only to nodes started with them (`ray start --resources '{\"gen\": 2}'`). {} = any node. "
+        "CPUs and GPUs are num_cpus / num_gpus.")
+    avoid_driver_node: bool = Field(
+        True, description="In a Ray cluster of several nodes, never place an actor on the driver's node "
+        "(a single-node Ray is unaffected).")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -42,6 +43,10 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny: the tiny world's model).")
+    model_source: Literal["auto", "shared", "object_store"] = Field(
+        "auto", description="How actors and learner ranks get model_dir (actors.model_source): 'shared' = the "
+        "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "
+        "locally; 'auto' = object_store on a cluster of several nodes, shared on one.")
     train_path: str | None = Field(None, description="JSONL/parquet of math problems (fields: problem, answer[, id, data_source]).")
     eval_path: str | None = Field(None, description="Held-out JSONL/parquet for avg@n evaluation.")
     prompt_key: str = Field("problem", description="Field holding the problem text.")
