@@ -85,6 +85,8 @@ class RunConfig(BaseModel):
     steps: int = Field(100, ge=1, description="Learner steps to run.")
     seed: int = Field(0, ge=0, description="Global seed.")
     tiny: bool = Field(False, description="Use the tiny CPU world (built and cached on first use).")
+    shapes: bool = Field(False, description="Use the shapes world: Qwen2.5-0.5B shapes with random weights, "
+                         "512-token responses, a few measured CPU steps (launch.shapes).")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
                                "ablation 0.6): the actors sample at it and the learner divides its logits by it.")
     group_size: int = Field(16, ge=2, description="gs: responses sampled per prompt (16 in the paper; >= 2 "
