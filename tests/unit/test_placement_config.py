@@ -64,3 +64,19 @@ def test_placement_line_names_every_process():
                            "learner": [{**at, "name": "train-1"}]})
     assert line == ("[driver] placement: driver on head (127.0.0.1, aaaaaaaa); lagrl-gen-r-0 on gen-1 "
                     "(127.0.0.1, aaaaaaaa); learner rank 0 on train-1 (127.0.0.1, aaaaaaaa)")
+
+
+def test_a_checkpoint_the_driver_cannot_see_is_refused(tmp_path):
+    from learner.checkpoint import CheckpointNotShared, require_visible
+
+    ckpt = tmp_path / "step_000004"
+    (ckpt / "hf").mkdir(parents=True)
+    (ckpt / "hf" / "config.json").write_text("{}")
+    (ckpt / "rng_rank0.pt").write_bytes(b"x")
+    require_visible(ckpt, world=1)                       # everything rank 0 wrote is here
+    with pytest.raises(CheckpointNotShared, match=r"rng_rank1.pt written by the learner ranks on node train-2 "
+                                                  r"\(10.0.0.7\) are not visible from the driver"):
+        require_visible(ckpt, world=2, writers=" on node train-2 (10.0.0.7)")
+    (ckpt / "hf" / "config.json").unlink()
+    with pytest.raises(CheckpointNotShared, match="hf/config.json"):
+        require_visible(ckpt, world=1)
