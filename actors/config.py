@@ -34,6 +34,8 @@ class CollectiveConfig(BaseModel):
                              "a live actor would look dead between two heartbeats")
         return self
 
+from actors.placement import CustomResources
+
 
 class ActorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -60,3 +62,11 @@ class ActorConfig(BaseModel):
     @classmethod
     def _alias(cls, value):
         return "collective" if value == "nccl" else value
+    # --- placement on a cluster (actors.placement) ---
+    resources: CustomResources = Field(
+        default_factory=dict, description="Custom Ray resources each actor needs, e.g. {\"gen\": 1}: actors "
+        "go only to nodes started with them (`ray start --resources '{\"gen\": 2}'`). {} = any node. "
+        "CPUs and GPUs are num_cpus / num_gpus.")
+    avoid_driver_node: bool = Field(
+        True, description="In a Ray cluster of several nodes, never place an actor on the driver's node "
+        "(a single-node Ray is unaffected).")

@@ -66,15 +66,18 @@ class _Stats:
 class GenerationActorImpl:
     """The actor's body; wrapped with @ray.remote by `actors.factory`."""
 
-    def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir: str, cfg: ActorConfig, *,
+    def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir, cfg: ActorConfig, *,
                  group_size: int, seed: int = 0, reward_scorer=None, transport=None, buffer_cfg=None,
                  log_dir: str | None = None):
-        """``log_dir``: where the engine logs (``<run>/logs``; None: this process's stdout)."""
+        """``model_dir``: a path or an ``actors.model_source.ModelSource`` (resolved on this node);
+        ``log_dir``: where the engine logs (``<run>/logs``; None: this process's stdout)."""
         from actors.engine import build_llm
+        from actors.model_source import resolve_model_dir
         from actors.transport import transport_for
         from buffer import RunBuffer
 
         self.actor_id, self.cfg = actor_id, cfg
+        self.model_dir = model_dir = resolve_model_dir(model_dir)   # ModelUnavailable names path and node
         if log_dir is not None:
             from actors.engine_logs import route_engine_logs
             route_engine_logs(log_dir, actor_id, model_dir)      # before vLLM is imported here

@@ -132,7 +132,8 @@ class Monitor:
         """The ``count`` newest groups, newest first, decoded to text.
 
         ``tokenizer``: a Hugging Face tokenizer, a path to one, or None for the run's meta
-        ``tokenizer_path`` (then ``model_path``). Without any, rows carry token ids only.
+        ``tokenizer_path`` (then ``model_path``). Without any, or when the meta's path is not on this
+        machine (a cluster run's model directory elsewhere), rows carry token ids only.
         """
         tok = self._tokenizer(tokenizer)
 
@@ -168,6 +169,8 @@ class Monitor:
         if path is None:
             meta = self.meta()
             path = next((str(meta[k]) for k in TOKENIZER_META_KEYS if meta.get(k)), None)
+            if path is not None and not Path(path).exists():   # the run's model dir is not on this machine
+                return None                                    # (another node of a cluster): ids only
         if path is None:
             return None
         if path not in self._tokenizers:

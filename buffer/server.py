@@ -332,11 +332,12 @@ class RunDirServer:
 
     :func:`open_run_dir` attaches to the run's live embedded server, or starts it again from its
     AOF when the run has finished (then it is ours: :meth:`close` stops it), or uses the external
-    server the run recorded. ``how`` says which, in words.
+    server the run recorded. ``how`` says which, in words. ``run_id``: the run of this directory
+    (its ``config.json``), which an external server shares with other runs.
     """
 
-    def __init__(self, url: str, how: str, server: EmbeddedRedis | None = None):
-        self.url, self.how, self._server = url, how, server
+    def __init__(self, url: str, how: str, server: EmbeddedRedis | None = None, run_id: str | None = None):
+        self.url, self.how, self._server, self.run_id = url, how, server, run_id
 
     @property
     def started_here(self) -> bool:
@@ -359,19 +360,30 @@ class RunDirServer:
 def open_run_dir(run_dir: Path | str) -> RunDirServer:
     """The Redis of the run written to ``run_dir`` (see :class:`RunDirServer`)."""
     run_dir = Path(run_dir)
+    run_id = _run_id_of(run_dir)
     if (run_dir / REDIS_JSON).exists():
         server = EmbeddedRedis(run_dir, stop_at_exit=False).start()    # adopts a live one
         if server.attached:   # the driver's: never stopped from here
-            return RunDirServer(server.url, f"attached to the run's live redis-server (pid {server.pid})")
+            return RunDirServer(server.url, f"attached to the run's live redis-server (pid {server.pid})",
+                                run_id=run_id)
         opened = RunDirServer(server.url, f"started the finished run's redis-server from its AOF in "
-                                          f"{server.data_dir} (pid {server.pid}); close() stops it", server)
+                                          f"{server.data_dir} (pid {server.pid}); close() stops it", server,
+                               run_id=run_id)
         atexit.register(opened.close)      # a reader that dies early still stops it
         return opened
     url_file = run_dir / "redis_url.txt"
     if url_file.exists():
-        return RunDirServer(url_file.read_text().strip(), "using the external Redis the run recorded")
+        return RunDirServer(url_file.read_text().strip(), "using the external Redis the run recorded",
+                            run_id=run_id)
     raise FileNotFoundError(f"{run_dir} is not a run directory: no {REDIS_JSON} (embedded Redis) and no "
                             f"redis_url.txt (external Redis)")
+
+
+def _run_id_of(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "config.json").read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 __all__ = ["EmbeddedRedis", "RunDirServer", "find_redis_server", "open_buffer_server", "open_run_dir",

@@ -27,13 +27,20 @@ def build_config(argv: list[str], default_preset: str):
     ap.add_argument("--preset", default=default_preset, choices=sorted(PRESETS), metavar="NAME",
                     help=f"named preset; one of: {', '.join(sorted(PRESETS))}")
     ap.add_argument("--tiny", action="store_true", help="scale to the tiny CPU world (same ratios)")
+    ap.add_argument("--shapes", action="store_true", help="real-size shapes on CPU: Qwen2.5-0.5B architecture with "
+                    "random weights, 512-token responses, 3 measured steps (launch/shapes)")
     ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args, rest = ap.parse_known_args(argv)
     require_own_packages()
     try:
         cfg = get_preset(args.preset)
+        if args.tiny and args.shapes:
+            raise ValueError("--tiny and --shapes are two different worlds: pick one")
         if args.tiny:
             cfg = scale_to_tiny(cfg)
+        if args.shapes:
+            from launch.shapes.preset import scale_to_shapes
+            cfg = scale_to_shapes(cfg)
         cfg = apply_overrides(cfg, split_overrides(rest))
     except (ConfigError, ValueError, KeyError) as exc:
         ap.exit(2, f"error: {exc}\n")

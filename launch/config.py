@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -42,6 +43,10 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny: the tiny world's model).")
+    model_source: Literal["auto", "shared", "object_store"] = Field(
+        "auto", description="How actors and learner ranks get model_dir (actors.model_source): 'shared' = the "
+        "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "
+        "locally; 'auto' = object_store on a cluster of several nodes, shared on one.")
     train_path: str | None = Field(None, description="JSONL/parquet of math problems (fields: problem, answer[, id, data_source]).")
     eval_path: str | None = Field(None, description="Held-out JSONL/parquet for avg@n evaluation.")
     prompt_key: str = Field("problem", description="Field holding the problem text.")
@@ -80,6 +85,8 @@ class RunConfig(BaseModel):
     seed: int = Field(0, ge=0, description="The run's one seed: the prompt order, each actor's sampling "
                       "(seed + actor index), the learner's mini-batch shuffles and torch on its ranks.")
     tiny: bool = Field(False, description="Use the tiny CPU world (built and cached on first use).")
+    shapes: bool = Field(False, description="Use the shapes world: Qwen2.5-0.5B shapes with random weights, "
+                         "512-token responses, a few measured CPU steps (launch.shapes).")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
                                "ablation 0.6): the actors sample at it and the learner divides its logits by it.")
     group_size: int = Field(16, ge=2, description="gs: responses sampled per prompt (16 in the paper; >= 2 "

@@ -21,8 +21,11 @@ consumer, so the restarted learner re-reads and retrains them (they are not in t
 weights). A crash between commit and ACK leaves groups pending that *are* in the weights:
 their ids are in ``learner.json``, so the restarted learner ACKs and skips them.
 
-Every rank writes to the same directory, so with several nodes ``run_dir`` must be on a
-shared file system. Checkpoint cost (full HF copy + optimizer state every K steps) is the
+Where: ``{run_dir}/checkpoints/`` by default, or ``{learner.checkpoint_dir}/{run_id}/checkpoints/``.
+Every rank writes to the same directory and the coordinator (in the driver) commits it, so with
+ranks on other nodes that directory must be shared storage mounted at the same path by the driver
+and every learner node; :func:`require_visible` refuses to commit a checkpoint the driver cannot
+see, and a learner restarted on any node resumes from it. Checkpoint cost (full HF copy + optimizer state every K steps) is the
 ``checkpoint_every`` trade-off: rarely means more retraining after a crash, never more loss.
 """
 
@@ -74,6 +77,21 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         return None
     path = checkpoints_root(run_dir) / marker.read_text().strip()
     return path if (path / "learner.json").exists() else None
+
+
+class CheckpointNotShared(RuntimeError):
+    """The ranks wrote a checkpoint that the coordinator cannot see: not shared storage."""
+
+
+def require_visible(ckpt: Path, world: int, writers: str = "") -> None:
+    """Every rank's files of ``ckpt`` are visible here (``writers``: where the ranks run, for the error)."""
+    missing = [f"rng_rank{r}.pt" for r in range(world) if not (ckpt / f"rng_rank{r}.pt").exists()]
+    missing += [] if (ckpt / "hf" / "config.json").exists() else ["hf/config.json"]
+    if missing:
+        raise CheckpointNotShared(
+            f"checkpoint {ckpt}: {', '.join(missing)} written by the learner ranks{writers} are not visible from "
+            f"the driver: learner.checkpoint_dir must be shared storage that the driver and every learner "
+            f"node mount at the same path")
 
 
 def write_learner_state(ckpt: Path, state: LearnerState) -> None:

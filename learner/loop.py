@@ -96,6 +96,8 @@ class Learner:
         self.temperature, self.seed = temperature, seed
         self.model_dir, self.run_dir = str(model_dir), Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # checkpoints: the run directory's, or learner.checkpoint_dir/<run_id> (shared storage on a cluster)
+        self.ckpt_home = Path(cfg.checkpoint_dir) / buffer.run_id if cfg.checkpoint_dir else self.run_dir
         self._own_ranks = ranks is None
         if ranks is None:
             ranks = RankGroup(cfg, model_dir, group_size, seed)
@@ -113,7 +115,7 @@ class Learner:
         self.steps_done = 0
         self.ledger = TrainedLedger(buffer)
         (self.run_dir / "learner_config.json").write_text(cfg.model_dump_json(indent=1))
-        last = ckpt_io.latest_checkpoint(self.run_dir) if resume else None
+        last = ckpt_io.latest_checkpoint(self.ckpt_home) if resume else None
         self.resumed_from = None
         if last is not None:
             self._restore(last)
@@ -301,17 +303,18 @@ class Learner:
     # --- checkpoints -------------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
         """Save everything (``learner.checkpoint``), commit it, then ACK the groups it covers."""
-        path = ckpt_io.checkpoint_dir(self.run_dir, self.steps_done)
-        if path.exists() and path != ckpt_io.latest_checkpoint(self.run_dir):
+        path = ckpt_io.checkpoint_dir(self.ckpt_home, self.steps_done)
+        if path.exists() and path != ckpt_io.latest_checkpoint(self.ckpt_home):
             shutil.rmtree(path)                    # half-written by a crashed incarnation
         self.ranks.call("save_checkpoint", str(path), self.model_dir)
+        ckpt_io.require_visible(path, self.ranks.world, _on_nodes(getattr(self.ranks, "nodes", [])))
         state = ckpt_io.LearnerState(
             step=self.steps_done, version=self.version, entropy_controller=self.controller.state_dict(),
             group_ids=self.ledger.pending_ids(), stream_position=self.buffer.stream_position(),
             guard=self.guard.state_dict() if self.cfg.guard.enabled else None,
             config=json.loads(self.cfg.model_dump_json()), saved_at=time.time())
         ckpt_io.write_learner_state(path, state)
-        ckpt_io.commit(self.run_dir, path, self.cfg.keep_checkpoints)
+        ckpt_io.commit(self.ckpt_home, path, self.cfg.keep_checkpoints)
         self.ledger.ack_trained()
         return path
 
@@ -355,3 +358,9 @@ class Learner:
             self.save_checkpoint()
         if self._own_ranks:
             self.ranks.shutdown()
+
+
+def _on_nodes(nodes: list[dict]) -> str:
+    """' on node gen-1 (127.0.0.1)' for the ranks' locations (actors.placement), or ''."""
+    names = sorted({f"{n.get('name', '?')} ({n.get('ip', '?')})" for n in nodes})
+    return f" on node {', '.join(names)}" if names else ""

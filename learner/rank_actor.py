@@ -4,7 +4,9 @@ Each ``LearnerRank`` is a process of its own (as ``deepspeed`` launches would gi
 ``torch.distributed`` state never leaks into the driver. Rank 0 picks the rendezvous address
 (its node IP and a free port), every rank gets MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE /
 LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU). Ranks are
-placed with a PACK placement group, one bundle per rank.
+placed with a PACK placement group, one bundle per rank, each with ``learner.resources`` and, on a
+cluster, off the driver's node (``actors.placement``). Each rank opens the model where its node
+has it (``actors.model_source``: the shared path or the node-local cache).
 
 Every method that runs collectives (setup, train, score, publish, checkpoint) must be called
 on all ranks at once: :meth:`RankGroup.call` does exactly that.
@@ -49,8 +51,11 @@ class LearnerRank:
             s.bind((ip, 0))
             return ip, s.getsockname()[1]
 
-    def setup(self, cfg: LearnerConfig, model_dir: str, group_size: int, seed: int, addr: str, port: int,
+    def setup(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int, addr: str, port: int,
               device: str, local_rank: int) -> dict[str, Any]:
+        from actors.model_source import resolve_model_dir
+
+        model_dir = resolve_model_dir(model_dir)    # this node's copy; ModelUnavailable names path and node
         # Quiet by default: a run's console is its progress lines. DS_ACCELERATOR named up front
         # spares DeepSpeed's "unable to detect an accelerator" warning; model loads and checkpoint
         # writes show no progress bars.
@@ -134,9 +139,10 @@ class LearnerRank:
     def save_checkpoint(self, ckpt: str, init_model_dir: str) -> None:
         from learner.checkpoint import PRM_DIR, save_rank
 
-        save_rank(self.engine, Path(ckpt), init_model_dir)
+        # the tokenizer files come from this node's copy of the model (the driver's path may not exist here)
+        save_rank(self.engine, Path(ckpt), self.engine.model_dir or init_model_dir)
         if self.prm is not None:
-            save_rank(self.prm, Path(ckpt) / PRM_DIR, init_model_dir)
+            save_rank(self.prm, Path(ckpt) / PRM_DIR, self.engine.model_dir or init_model_dir)
 
     def load_checkpoint(self, ckpt: str) -> int:
         """Policy (and PRM, when this rank has one and the checkpoint holds one); the policy's version."""
@@ -160,28 +166,38 @@ def _cluster_has_gpus() -> bool:
 class RankGroup:
     """N ``LearnerRank`` actors forming one DeepSpeed data-parallel group."""
 
-    def __init__(self, cfg: LearnerConfig, model_dir: str | Path, group_size: int, seed: int = 0):
+    def __init__(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int = 0):
+        """``model_dir``: a path or an ``actors.model_source.ModelSource`` (each rank resolves it)."""
+        from actors import placement as place
+
         self.cfg = cfg.model_copy()
         self.signature = cfg.engine_signature()
+        self.model = model_dir
         self.model_dir = str(model_dir)
         self.device = cfg.device if cfg.device != "auto" else ("cuda" if _cluster_has_gpus() else "cpu")
         gpus = 1 if self.device == "cuda" else 0
         n = cfg.num_ranks
-        self.pg = placement_group([{"CPU": cfg.cpus_per_rank, **({"GPU": gpus} if gpus else {})}] * n,
-                                  strategy="PACK")
-        ray.get(self.pg.ready())
+        selector = place.off_driver_selector(cfg.avoid_driver_node)
+        self.pg = placement_group([{"CPU": cfg.cpus_per_rank, **({"GPU": gpus} if gpus else {}), **cfg.resources}] * n,
+                                  strategy="PACK", **({"bundle_label_selector": [selector] * n} if selector else {}))
+        needs = place.describe_needs(cfg.resources, selector, cfg.cpus_per_rank, gpus)
+        place.wait_started({"learner placement group": self.pg.ready()},
+                           lambda _: f"{n} bundle(s) of {needs}, packed")
         self.actors = [
             LearnerRank.options(num_cpus=cfg.cpus_per_rank, num_gpus=gpus, scheduling_strategy=
                                 PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
             .remote(r, n) for r in range(n)]
         addrs = ray.get([a.rendezvous.remote() for a in self.actors])
+        self.nodes: list[dict] = []     # where each rank runs (actors.placement.locate), after setup
         master_addr, port = addrs[0]
         local = _local_ranks([ip for ip, _ in addrs])
         # On GPU each actor sees only its own device (Ray sets CUDA_VISIBLE_DEVICES): LOCAL_RANK 0.
         self.info = self.call_each("setup", [
-            (self.cfg, self.model_dir, group_size, seed, master_addr, port, self.device,
+            (self.cfg, self.model, group_size, seed, master_addr, port, self.device,
              local[r] if self.device == "cpu" else 0)
             for r in range(n)])
+        located = place.locate({str(r): a for r, a in enumerate(self.actors)})
+        self.nodes = [located[str(r)] for r in range(n)]
 
     @property
     def world(self) -> int:

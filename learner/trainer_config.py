@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from actors.placement import CustomResources
 from learner.config import (
     AdaptiveEntropy,
     AdvantageConfig,
@@ -86,6 +87,12 @@ class LearnerConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="'auto': cuda if the Ray cluster has GPUs, else cpu (gloo backend).")
     cpus_per_rank: float = Field(1.0, gt=0, description="Ray CPUs reserved per rank (sets torch threads on CPU).")
+    resources: CustomResources = Field(
+        default_factory=dict, description="Custom Ray resources of each rank's placement-group bundle, e.g. "
+        "{\"train\": 1}: ranks go only to nodes started with them. {} = any node.")
+    avoid_driver_node: bool = Field(
+        True, description="In a Ray cluster of several nodes, never place a rank on the driver's node "
+        "(a single-node Ray is unaffected).")
     dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training precision: 'auto' = bf16 on GPU, fp32 on CPU.")
     micro_batch_tokens: int = Field(
@@ -105,6 +112,10 @@ class LearnerConfig(BaseModel):
         "only once a checkpoint covering them is saved, so K trades checkpoint I/O against how "
         "much is retrained after a crash. 0 = no checkpoints; ACK right after each step.")
     keep_checkpoints: int = Field(2, ge=1, description="Newest checkpoints kept on disk.")
+    checkpoint_dir: str | None = Field(
+        None, description="Where checkpoints go: <checkpoint_dir>/<run_id>/checkpoints/ (None = the run "
+        "directory's checkpoints/). With learner ranks on other nodes it must be shared storage that the "
+        "driver and every learner node mount at the same path; a restarted learner resumes from it on any node.")
     consumer: str = Field("learner", min_length=1, description="Stable consumer name in the "
                           "groups consumer group; a restarted learner must reuse it to re-read "
                           "its pending (unACKed) groups.")

@@ -53,8 +53,13 @@ class RayObjectStoreTransport:
     def _store_handle(self, create: bool):
         if self._store is None:
             if create:
-                self._store = WeightStore.options(name=self.store_name, get_if_exists=True,
-                                                  lifetime=None).remote(self.keep)
+                # on the publisher's node (learner rank 0): Ray would place a 0-CPU actor anywhere,
+                # and a generation node that dies would take every version with it
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+                self._store = WeightStore.options(name=self.store_name, get_if_exists=True, lifetime=None,
+                                                  scheduling_strategy=here).remote(self.keep)
             else:
                 self._store = ray.get_actor(self.store_name)
         return self._store

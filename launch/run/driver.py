@@ -47,7 +47,17 @@ def _init_ray(cfg: RunConfig) -> None:
         return
     needed = cfg.actors.num_actors * cfg.actors.num_cpus + cfg.learner.num_ranks * cfg.learner.cpus_per_rank + 2
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), include_dashboard=False,
-             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env})
+             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=_local_resources(cfg))
+
+
+def _local_resources(cfg: RunConfig) -> dict[str, float]:
+    """The custom resources the config asks for (actors.resources, learner.resources), given to the
+    local single-node Ray so a config written for a cluster also runs on one machine."""
+    need: dict[str, float] = {}
+    for per, count in ((cfg.actors.resources, cfg.actors.num_actors), (cfg.learner.resources, cfg.learner.num_ranks)):
+        for name, amount in per.items():
+            need[name] = need.get(name, 0.0) + amount * count
+    return {k: float(int(v + 0.999)) for k, v in need.items()}
 
 
 class _Stop:
@@ -69,7 +79,8 @@ def run(cfg: RunConfig) -> RunResult:
     import ray
     from transformers import AutoTokenizer
 
-    from actors.factory import actor_name, create_generation_actors, start_loops
+    from actors.factory import actor_name, create_generation_actors, start_loops, wait_started
+    from actors.model_source import share_model
     from actors.transport import transport_for
     from buffer import RunBuffer, open_buffer_server
     from launch.run.data import PromptRenderer
@@ -89,9 +100,10 @@ def run(cfg: RunConfig) -> RunResult:
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
 
     _init_ray(cfg)
+    model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
     url, server = open_buffer_server(cfg.buffer, run_path)
     buffer = RunBuffer.from_url(url, cfg.run_id, cfg.buffer)
-    buffer.set_meta(config=cfg.model_dump_json(), preset=cfg.preset, model_dir=model_dir,
+    buffer.set_meta(config=cfg.model_dump_json(), preset=cfg.preset, **model.describe(),
                     tokenizer_path=model_dir, run_path=str(run_path), started=time.time())
     write_private(run_path / "redis_url.txt", url + "\n")     # holds the password
     print(f"[driver] run {cfg.run_id} in {run_path}; redis {url.split('@')[-1]}; "
@@ -106,17 +118,18 @@ def run(cfg: RunConfig) -> RunResult:
     try:
         pool = RewardPool(cfg=cfg.rewards)
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
-                                   model_dir=model_dir, run_dir=run_path,
+                                   model_dir=model, run_dir=run_path,
                                    transport=transport_for(cfg.actors, cfg.run_id),
                                    temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
         if learner.resumed_from:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
-        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model_dir, group_size=cfg.group_size,
+        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size,
                                           seed=cfg.seed, reward_scorer=pool, buffer_cfg=cfg.buffer,
                                           log_dir=str(run_path / "logs"), transport=learner.actor_transport)
         loops = start_loops(actors)
+        _record_placement(run_path, buffer, wait_started(actors, cfg.actors, cfg.run_id), learner, model)
         # a collective transport forms its group with every actor here (the object store returns at once)
         learner.sync_actors([actor_name(cfg.run_id, i) for i in range(cfg.actors.num_actors)],
                             timeout_s=cfg.actors.collective.start_timeout_s)
@@ -217,6 +230,12 @@ def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
         world = ensure_tiny_world()
         return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
                 cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
+    if cfg.shapes:
+        from launch.shapes.world import ensure_shapes_world
+        from launch.tiny.task import PROMPT_TEMPLATE
+        world = ensure_shapes_world()
+        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
+                cfg.data.eval_path, PROMPT_TEMPLATE)
     if not cfg.data.model_dir or not cfg.data.train_path:
         raise ValueError("--data.model_dir (a Hugging Face model directory) and --data.train_path (a JSONL/"
                          "parquet of math problems) are required unless --tiny")
@@ -227,12 +246,9 @@ def _shutdown(feeder, actors, loops, learner, pool) -> None:
     """Stop in dependency order; each step is best-effort so one failure cannot leak the rest."""
     import ray
 
-    from actors.factory import fan_out
-
     steps = [
         ("feeder", lambda: feeder and feeder.stop()),
-        ("actors", lambda: actors and fan_out(actors, "stop", timeout=60)),
-        ("actor loops", lambda: loops and ray.get(loops, timeout=120)),
+        ("actors", lambda: actors and _stop_actors(actors, loops or [])),
         ("learner", lambda: learner and learner.close()),
         ("reward pool", lambda: pool and pool.shutdown()),
         ("actor kill", lambda: actors and [ray.kill(a) for a in actors]),
@@ -242,3 +258,29 @@ def _shutdown(feeder, actors, loops, learner, pool) -> None:
             fn()
         except Exception as exc:
             print(f"[driver] shutdown of {name} failed: {type(exc).__name__}: {exc}", flush=True)
+
+
+def _stop_actors(actors, loops) -> None:
+    """Ask every actor to stop, then wait for the loops of those that answered. An actor that does not
+    answer within 20 s (its node died and Ray cannot place it again) is left to the final kill."""
+    import ray
+
+    stops = [a.stop.remote() for a in actors]
+    answered, _ = ray.wait(stops, num_returns=len(stops), timeout=20)
+    draining = [loop for stop, loop in zip(stops, loops) if stop in answered]
+    if draining:
+        ray.wait(draining, num_returns=len(draining), timeout=120)
+    if len(answered) < len(stops):
+        print(f"[driver] {len(stops) - len(answered)} actor(s) did not answer stop (node gone?)", flush=True)
+
+
+def _record_placement(run_path: Path, buffer, actors: dict[str, dict], learner, model) -> None:
+    """Where the driver, every actor and every learner rank run (and which model directory each
+    opened): ``placement.json`` in the run directory, the run's meta, one console line."""
+    from actors.placement import driver_location, placement_line
+
+    placement = {"driver": driver_location(), "actors": actors, "learner": learner.ranks.nodes,
+                 "model": model.describe()}
+    (run_path / "placement.json").write_text(json.dumps(placement, indent=1))
+    buffer.set_meta(placement=placement)
+    print(placement_line(placement), flush=True)
