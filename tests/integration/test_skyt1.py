@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 PRIME_STEPS = 10
 RLOO_STEPS = 40
 MIN_GAIN = 0.05        # RLOO: best held-out avg@n must beat the stage's first evaluation by this much
-SFT_ARGS = "--epochs 1 --batch_size 32 --lr 3e-4"
+SFT_ARGS = "--epochs 3 --batch_size 32 --lr 3e-4"     # Sky-T1's 3 epochs: 16 updates each
 
 
 def _write_sft_data(path: Path, problems) -> None:
@@ -66,9 +66,11 @@ def test_sft_prime_sft_rloo_chain_on_the_tiny_world(tmp_path, tiny_world):
     assert stages["sft2"]["from"] == prime["weights"] and Path(prime["weights"]).parent.name.startswith("step_")
     assert config(rloo)["data"]["model_dir"] == stages["sft2"]["model"]
     losses = {s: json.loads((Path(stages[s]["model"]) / "sft.json").read_text())["losses"] for s in ("sft1", "sft2")}
-    assert all(len(v) == 16 and np.isfinite(v).all() for v in losses.values())     # 512 examples / batch 32
-    half = len(losses["sft1"]) // 2     # the first SFT teaches the base model (the second starts from RL weights)
-    assert np.mean(losses["sft1"][half:]) < np.mean(losses["sft1"][:half]) - 0.01, losses["sft1"]
+    assert all(len(v) == 48 and np.isfinite(v).all() for v in losses.values())     # 3 x 512 examples / batch 32
+    # the first SFT teaches the base model: its last epoch's loss is well below its first's (measured:
+    # 0.223 -> 0.162; a single batch's loss is too noisy to compare)
+    first_epoch, last_epoch = np.mean(losses["sft1"][:16]), np.mean(losses["sft1"][32:])
+    assert last_epoch < first_epoch - 0.02, losses["sft1"]
 
     # PRIME: PRM, reference and policy trained/scored every step; the PRM beats chance held out
     rows = [r for r in _rows(prime["run_path"]) if "prm/loss" in r]
