@@ -276,11 +276,15 @@ def _stop_actors(actors, loops) -> None:
 
 def _record_placement(run_path: Path, buffer, actors: dict[str, dict], learner, model) -> None:
     """Where the driver, every actor and every learner rank run (and which model directory each
-    opened): ``placement.json`` in the run directory, the run's meta, one console line."""
+    opened): ``placement.json`` in the run directory, the run's meta, one console line when they
+    span several nodes."""
     from actors.placement import driver_location, placement_line
 
     placement = {"driver": driver_location(), "actors": actors, "learner": learner.ranks.nodes,
                  "model": model.describe()}
     (run_path / "placement.json").write_text(json.dumps(placement, indent=1))
     buffer.set_meta(placement=placement)
-    print(placement_line(placement), flush=True)
+    nodes = {placement["driver"]["node_id"], *(a["node_id"] for a in actors.values()),
+             *(r["node_id"] for r in learner.ranks.nodes)}
+    if len(nodes) > 1:          # on one machine the line says nothing (placement.json still records it)
+        print(placement_line(placement), flush=True)
