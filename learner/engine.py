@@ -132,6 +132,17 @@ def _zero3_init_context(ds_config: dict):
     return HfDeepSpeedConfig(ds_config)
 
 
+def full_params(module: torch.nn.Module, zero_stage: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) per unique parameter of a DeepSpeed module; under ZeRO-3 each is
+    gathered in turn (a collective: every rank must iterate), so peak memory is one parameter."""
+    for name, p in module.named_parameters():
+        if zero_stage == 3:
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                yield name, p.data.detach().clone()
+        else:
+            yield name, p.data.detach()
+
+
 class RankEngine:
     """A DeepSpeed engine plus the learner's update/scoring/publishing logic for one rank."""
 
@@ -265,12 +276,7 @@ class RankEngine:
     # --- full weights ---------------------------------------------------------------------------
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, full tensor) per unique parameter; a collective under ZeRO-3 (all ranks iterate)."""
-        for name, p in self.engine.module.named_parameters():
-            if self.cfg.zero_stage == 3:
-                with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
-                    yield name, p.data.detach().clone()
-            else:
-                yield name, p.data.detach()
+        return full_params(self.engine.module, self.cfg.zero_stage)
 
     def weights(self):
         """This rank's weights as the transport reads them (bucket by bucket; gathered under ZeRO-3)."""

@@ -25,7 +25,7 @@ import torch
 
 from learner.batching import MicroBatch, Row, collate, scatter_row_values
 from learner.config import PrimeConfig
-from learner.engine import _load_hf_model, clips_itself, deepspeed_config, resolve_dtype
+from learner.engine import _load_hf_model, clips_itself, deepspeed_config, full_params, resolve_dtype
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import deepspeed_loss_scale
 from learner.prime import outcome_labels, prm_loss
@@ -126,12 +126,7 @@ class PrmEngine:
 
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, full tensor) per parameter; a collective under ZeRO-3 (all ranks iterate)."""
-        for name, p in self.engine.module.named_parameters():
-            if self.cfg.zero_stage == 3:
-                with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
-                    yield name, p.data.detach().clone()
-            else:
-                yield name, p.data.detach()
+        return full_params(self.engine.module, self.cfg.zero_stage)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """CPU copies of all PRM parameters on rank 0 (None elsewhere); checkpoints and tests."""

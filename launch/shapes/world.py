@@ -19,12 +19,9 @@ seed; the build is atomic and serialised like the tiny world's.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import itertools
 import json
-import os
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,26 +142,18 @@ def _build(out: Path, seed: int, log) -> dict:
 
 def ensure_shapes_world(seed: int = 0, cache_dir: Path | None = None, log=print) -> ShapesWorld:
     """The cached world for ``seed``, built first if missing (~1 min, 1 GB on disk)."""
-    from launch.tiny.build import default_cache_dir
+    from launch.world_cache import default_cache_dir, ensure_built
 
-    cache_dir = Path(cache_dir or default_cache_dir())
-    cache_dir.mkdir(parents=True, exist_ok=True)
     name = f"shapes-world-v{BUILD_VERSION}-s{seed}"
-    world = ShapesWorld(cache_dir / name)
-    with open(cache_dir / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (world.root / "world.json").exists():
-            return world
-        tmp = cache_dir / f".{name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        log(f"[shapes] building the shapes world in {world.root} (seed {seed}) ...")
-        try:
-            manifest = _build(tmp, seed, log)
-            os.replace(tmp, world.root)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    def build(tmp: Path) -> dict:
+        log(f"[shapes] building the shapes world in {Path(cache_dir or default_cache_dir()) / name} (seed {seed}) ...")
+        return _build(tmp, seed, log)
+
+    root, manifest = ensure_built(name, build, cache_dir)
+    if manifest is not None:
         log(f"[shapes] built in {manifest['build_seconds']}s")
-    return world
+    return ShapesWorld(root)
 
 
 def main() -> None:

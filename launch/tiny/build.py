@@ -10,17 +10,15 @@ serialised with a file lock, so parallel test workers never see half a world.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
-import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from launch.world_cache import default_cache_dir, ensure_built
+
 BUILD_VERSION = 1  # bump when anything below changes what gets built
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -42,10 +40,6 @@ class TinyWorld:
     @property
     def manifest(self) -> dict:
         return json.loads((self.root / "world.json").read_text())
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("LAGRL_CACHE", REPO_ROOT / ".cache"))
 
 
 def sha256_file(path: Path) -> str:
@@ -88,25 +82,17 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
 def ensure_tiny_world(seed: int = 0, cache_dir: Path | None = None, *, max_warmup_steps: int = 1500,
                       target_accuracy: float = 0.2, log=print) -> TinyWorld:
     """Return the cached world for these settings, building it first if needed."""
-    cache_dir = Path(cache_dir or default_cache_dir())
-    cache_dir.mkdir(parents=True, exist_ok=True)
     name = f"tiny-world-v{BUILD_VERSION}-s{seed}-w{max_warmup_steps}-a{target_accuracy:g}"
-    world = TinyWorld(cache_dir / name)
-    with open(cache_dir / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (world.root / "world.json").exists():
-            return world
-        tmp = cache_dir / f".{name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        log(f"[tiny] building the tiny world in {world.root} (seed {seed}) ...")
-        try:
-            manifest = _build(tmp, seed, max_warmup_steps, target_accuracy, log)
-            os.replace(tmp, world.root)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    def build(tmp: Path) -> dict:
+        log(f"[tiny] building the tiny world in {Path(cache_dir or default_cache_dir()) / name} (seed {seed}) ...")
+        return _build(tmp, seed, max_warmup_steps, target_accuracy, log)
+
+    root, manifest = ensure_built(name, build, cache_dir)
+    if manifest is not None:
         log(f"[tiny] built in {manifest['build_seconds']}s; warm-up accuracy "
             f"{manifest['warmup']['accuracy']:.3f} after {manifest['warmup']['steps']} steps")
-    return world
+    return TinyWorld(root)
 
 
 def main() -> None:

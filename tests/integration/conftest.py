@@ -33,6 +33,23 @@ def _kill_pid(pid: int | None) -> None:
             pass
 
 
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """A private embedded redis-server per test module (a module may override it)."""
+    from buffer.server import EmbeddedRedis
+
+    with EmbeddedRedis(tmp_path_factory.mktemp("redis-module")).start() as server:
+        yield server.url
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_world):
+    """The tiny world's tokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_world.model_dir)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     """A session-wide embedded redis-server (password, loopback, AOF), stopped at the end."""

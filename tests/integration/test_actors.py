@@ -19,26 +19,11 @@ from actors.factory import create_generation_actors, fan_out, start_loops
 from actors.transport.object_store import RayObjectStoreTransport
 from buffer import RunBuffer
 from buffer.config import BufferConfig
-from buffer.messages import PromptMsg
+from tests.integration.actor_io import arith_prompts, collect_groups
 
 pytestmark = pytest.mark.integration
 
 RECLAIM_MS = 1500
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    from buffer.server import EmbeddedRedis
-
-    with EmbeddedRedis(tmp_path_factory.mktemp("redis-actors")).start() as server:
-        yield server.url
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_world):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_world.model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -56,24 +41,6 @@ def _cfg(**kw) -> ActorConfig:
 
 def _buffer(url: str, run_id: str) -> RunBuffer:
     return RunBuffer.from_url(url, run_id, BufferConfig(reclaim_idle_ms=RECLAIM_MS))
-
-
-def _prompts(tok, run_id, problems, *, n=4, max_tokens=12, step=0, min_version=0):
-    return [PromptMsg(prompt_id=f"{run_id}-{i}", data_source="tiny_arith",
-                      prompt_ids=np.array(tok(f"Q: {a}+{b}\nA: ")["input_ids"], dtype=np.int32),
-                      answer=str(a + b), n_samples=n, max_tokens=max_tokens, step=step,
-                      min_version=min_version)
-            for i, (a, b) in enumerate(problems)]
-
-
-def _collect(buf: RunBuffer, want: int, timeout: float = 120.0) -> list:
-    got, deadline = [], time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        batch = buf.take_groups("test-learner", count=want - len(got), block_ms=500)
-        if batch:
-            buf.ack_groups([e for e, _ in batch], [g.group_id for _, g in batch])
-            got += [g for _, g in batch]
-    return got
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +70,8 @@ def _assert_logprobs_match(model, group, temperature=1.0, atol=2e-3):
 def test_prompts_in_groups_out_with_behaviour_logprobs(actor_run, redis_url, tok, hf_model):
     run_id, actor, _ = actor_run
     buf = _buffer(redis_url, run_id)
-    buf.put_prompts(_prompts(tok, run_id, [(12, 7), (3, 41), (25, 25)]))
-    groups = _collect(buf, 3)
+    buf.putarith_prompts(arith_prompts(tok, run_id, [(12, 7), (3, 41), (25, 25)]))
+    groups = collect_groups(buf, 3)
     assert sorted(g.group_id for g in groups) == [f"{run_id}-{i}" for i in range(3)]
     for g in groups:
         assert len(g.responses) == 4 and g.actor_id.startswith("lagrl-gen-")
@@ -132,8 +99,8 @@ def test_weight_update_changes_generations_and_version(actor_run, redis_url, tok
         for p in updated.parameters():
             p.add_(0.05 * torch.randn_like(p))
     buf.publish_version(1, transport.publish(updated.named_parameters(), version=1))
-    buf.put_prompts(_prompts(tok, f"{run_id}-v1", [(12, 7), (30, 4)], min_version=1))
-    groups = _collect(buf, 2)
+    buf.putarith_prompts(arith_prompts(tok, f"{run_id}-v1", [(12, 7), (30, 4)], min_version=1))
+    groups = collect_groups(buf, 2)
     assert ray.get(actor.weights_checksum.remote()) != pytest.approx(before)
     assert ray.get(actor.status.remote())["version"] == 1
     for g in groups:
@@ -160,8 +127,8 @@ def test_tied_lm_head_follows_the_new_embedding(actor_run, redis_url, tok, hf_mo
     sent = dict(updated.named_parameters())
     assert "lm_head.weight" not in sent                       # tied: the head is not sent on its own
     buf.publish_version(current + 1, transport.publish(sent.items(), version=current + 1))
-    buf.put_prompts(_prompts(tok, f"{run_id}-tied", [(8, 9), (40, 2)], step=current + 1, min_version=current + 1))
-    for g in _collect(buf, 2):
+    buf.putarith_prompts(arith_prompts(tok, f"{run_id}-tied", [(8, 9), (40, 2)], step=current + 1, min_version=current + 1))
+    for g in collect_groups(buf, 2):
         assert all(r.version_start == current + 1 for r in g.responses)
         _assert_logprobs_match(updated, g)                    # input embedding and output head both new
         with pytest.raises(AssertionError):
@@ -172,11 +139,11 @@ def test_on_policy_admission_waits_for_the_version(actor_run, redis_url, tok, hf
     run_id, actor, transport = actor_run
     buf = _buffer(redis_url, run_id)
     current, _ = buf.get_version()
-    buf.put_prompts(_prompts(tok, f"{run_id}-gate", [(1, 2)], step=current + 1, min_version=current + 1))
-    assert _collect(buf, 1, timeout=4.0) == []          # held: the required weights do not exist yet
+    buf.putarith_prompts(arith_prompts(tok, f"{run_id}-gate", [(1, 2)], step=current + 1, min_version=current + 1))
+    assert collect_groups(buf, 1, timeout=4.0) == []          # held: the required weights do not exist yet
     location = transport.publish(hf_model.named_parameters(), version=current + 1)
     buf.publish_version(current + 1, location)
-    [g] = _collect(buf, 1)
+    [g] = collect_groups(buf, 1)
     assert all(r.version_start == current + 1 for r in g.responses)
 
 
@@ -187,12 +154,12 @@ def test_killed_actor_loses_and_duplicates_no_prompt(ray_local, redis_url, tiny_
     buf = _buffer(redis_url, run_id)
     problems = [(a, b) for a in range(4) for b in range(5)]        # 20 prompts
     loops = start_loops(actors)
-    buf.put_prompts(_prompts(tok, run_id, problems, n=8, max_tokens=64))
+    buf.putarith_prompts(arith_prompts(tok, run_id, problems, n=8, max_tokens=64))
     time.sleep(2.0)
     ray.kill(actors[0], no_restart=True)                           # SIGKILL-equivalent mid-run
-    groups = _collect(buf, len(problems), timeout=180)
+    groups = collect_groups(buf, len(problems), timeout=180)
     ids = [g.group_id for g in groups]
-    assert sorted(set(ids)) == sorted(p.prompt_id for p in _prompts(tok, run_id, problems))
+    assert sorted(set(ids)) == sorted(p.prompt_id for p in arith_prompts(tok, run_id, problems))
     assert len(ids) == len(set(ids))                               # no duplicates delivered
     extra = buf.take_groups("test-learner", count=10, block_ms=RECLAIM_MS + 1000)
     assert extra == []

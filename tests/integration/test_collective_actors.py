@@ -26,27 +26,12 @@ from actors.factory import actor_name, create_generation_actors, fan_out, start_
 from actors.transport import make_transport
 from buffer import RunBuffer
 from buffer.config import BufferConfig
-from buffer.messages import PromptMsg
+from tests.integration.actor_io import arith_prompts, collect_groups
 
 pytestmark = pytest.mark.integration
 
 COLLECTIVE = CollectiveConfig(backend="gloo", bucket_mb=1, join_timeout_s=30.0, collective_timeout_s=30.0,
                               heartbeat_s=0.5, stale_after_s=4.0)
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    from buffer.server import EmbeddedRedis
-
-    with EmbeddedRedis(tmp_path_factory.mktemp("redis-collective")).start() as server:
-        yield server.url
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_world):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_world.model_dir)
 
 
 def noisy_model(model_dir, seed: int):
@@ -104,20 +89,8 @@ def pair(ray_local, redis_url, tiny_world):
         ray.kill(a)
 
 
-def _prompts(tok, tag: str, problems, *, version: int, n: int = 4, max_tokens: int = 12) -> list[PromptMsg]:
-    return [PromptMsg(prompt_id=f"{tag}-{i}", data_source="tiny_arith",
-                      prompt_ids=np.array(tok(f"Q: {a}+{b}\nA: ")["input_ids"], dtype=np.int32),
-                      answer=str(a + b), n_samples=n, max_tokens=max_tokens, step=version, min_version=version)
-            for i, (a, b) in enumerate(problems)]
-
-
-def _collect(buf: RunBuffer, want: int, timeout: float = 180.0) -> list:
-    got, deadline = [], time.monotonic() + timeout
-    while len(got) < want and time.monotonic() < deadline:
-        batch = buf.take_groups("test-learner", count=want - len(got), block_ms=500)
-        if batch:
-            buf.ack_groups([e for e, _ in batch], [g.group_id for _, g in batch])
-            got += [g for _, g in batch]
+def _collect(buf: RunBuffer, want: int) -> list:
+    got = collect_groups(buf, want, timeout=180.0)
     assert len(got) == want, f"{len(got)}/{want} groups"
     return got
 
@@ -149,7 +122,7 @@ def test_a_version_reaches_both_engines_exactly(pair, tok, tiny_world):
     assert out["events"] == [
         f"version 1: group 1 formed with {names[0]} (rank 1), {names[1]} (rank 2) (gloo, 2 buckets)"]
     rank0.wait(lambda: [s["version"] for s in _status(actors)] == [1, 1], "both actors at version 1")
-    buf.put_prompts(_prompts(tok, f"{run_id}-v1", [(i, 7) for i in range(6)], version=1))
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-v1", [(i, 7) for i in range(6)], step=1, min_version=1))
     for g in _collect(buf, 6):
         assert all(r.version_start == r.version_end == 1 for r in g.responses)
         assert _max_logprob_error(v1, g) < 2e-3                  # sampled with exactly the sent weights
@@ -162,8 +135,8 @@ def test_requests_in_flight_record_the_straddle(pair, tok, tiny_world):
     version_end = the new version > version_start (DESIGN.md §8)."""
     run_id, buf, rank0, actors, names = pair
     current, _ = buf.get_version()
-    buf.put_prompts(_prompts(tok, f"{run_id}-long", [(i, 3) for i in range(8)], version=current, n=8,
-                             max_tokens=100))
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-long", [(i, 3) for i in range(8)], step=current,
+                                  min_version=current, n=8, max_tokens=100))
     rank0.wait(lambda: sum(s["in_flight"] for s in _status(actors)) >= 4, "requests in flight", timeout_s=60)
     rank0.publish(noisy_model(tiny_world.model_dir, current + 1), current + 1)
     groups = _collect(buf, 8)
@@ -195,5 +168,5 @@ def test_killed_actor_is_named_then_restarted_and_caught_up(pair, tok, tiny_worl
     rank0.wait(lambda: [s["version"] for s in _status(actors)] == [v, v], f"both actors at version {v}")
     assert _status(actors)[0]["pid"] != pid
     assert len(set(ray.get([a.weights_checksum.remote() for a in actors]))) == 1
-    buf.put_prompts(_prompts(tok, f"{run_id}-after", [(i, 2) for i in range(6)], version=v))
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-after", [(i, 2) for i in range(6)], step=v, min_version=v))
     assert all(_max_logprob_error(model, g) < 2e-3 for g in _collect(buf, 6))

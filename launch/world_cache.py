@@ -1,0 +1,40 @@
+"""The one way a CPU world (tiny, shapes, reasoning) is built once and shared.
+
+A world is a directory under ``$LAGRL_CACHE`` (default ``<repo>/.cache``) holding ``world.json``
+last. Builds are serialised with a file lock (parallel test workers wait instead of building
+twice) and atomic (a temp directory renamed into place), so no reader ever sees half a world.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("LAGRL_CACHE", REPO_ROOT / ".cache"))
+
+
+def ensure_built(name: str, build: Callable[[Path], dict], cache_dir: Path | None = None) -> tuple[Path, dict | None]:
+    """``(cache_dir/name, manifest)``: ``build(tmp_dir)`` writes the world and returns its manifest
+    (which it also writes as ``world.json``); the manifest is None when the world was already there."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    root = cache_dir / name
+    with open(cache_dir / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / "world.json").exists():
+            return root, None
+        tmp = cache_dir / f".{name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            manifest = build(tmp)
+            os.replace(tmp, root)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root, manifest
