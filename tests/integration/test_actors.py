@@ -70,7 +70,7 @@ def _assert_logprobs_match(model, group, temperature=1.0, atol=2e-3):
 def test_prompts_in_groups_out_with_behaviour_logprobs(actor_run, redis_url, tok, hf_model):
     run_id, actor, _ = actor_run
     buf = _buffer(redis_url, run_id)
-    buf.putarith_prompts(arith_prompts(tok, run_id, [(12, 7), (3, 41), (25, 25)]))
+    buf.put_prompts(arith_prompts(tok, run_id, [(12, 7), (3, 41), (25, 25)]))
     groups = collect_groups(buf, 3)
     assert sorted(g.group_id for g in groups) == [f"{run_id}-{i}" for i in range(3)]
     for g in groups:
@@ -99,7 +99,7 @@ def test_weight_update_changes_generations_and_version(actor_run, redis_url, tok
         for p in updated.parameters():
             p.add_(0.05 * torch.randn_like(p))
     buf.publish_version(1, transport.publish(updated.named_parameters(), version=1))
-    buf.putarith_prompts(arith_prompts(tok, f"{run_id}-v1", [(12, 7), (30, 4)], min_version=1))
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-v1", [(12, 7), (30, 4)], min_version=1))
     groups = collect_groups(buf, 2)
     assert ray.get(actor.weights_checksum.remote()) != pytest.approx(before)
     assert ray.get(actor.status.remote())["version"] == 1
@@ -127,7 +127,7 @@ def test_tied_lm_head_follows_the_new_embedding(actor_run, redis_url, tok, hf_mo
     sent = dict(updated.named_parameters())
     assert "lm_head.weight" not in sent                       # tied: the head is not sent on its own
     buf.publish_version(current + 1, transport.publish(sent.items(), version=current + 1))
-    buf.putarith_prompts(arith_prompts(tok, f"{run_id}-tied", [(8, 9), (40, 2)], step=current + 1, min_version=current + 1))
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-tied", [(8, 9), (40, 2)], step=current + 1, min_version=current + 1))
     for g in collect_groups(buf, 2):
         assert all(r.version_start == current + 1 for r in g.responses)
         _assert_logprobs_match(updated, g)                    # input embedding and output head both new
@@ -139,7 +139,7 @@ def test_on_policy_admission_waits_for_the_version(actor_run, redis_url, tok, hf
     run_id, actor, transport = actor_run
     buf = _buffer(redis_url, run_id)
     current, _ = buf.get_version()
-    buf.putarith_prompts(arith_prompts(tok, f"{run_id}-gate", [(1, 2)], step=current + 1, min_version=current + 1))
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-gate", [(1, 2)], step=current + 1, min_version=current + 1))
     assert collect_groups(buf, 1, timeout=4.0) == []          # held: the required weights do not exist yet
     location = transport.publish(hf_model.named_parameters(), version=current + 1)
     buf.publish_version(current + 1, location)
@@ -154,7 +154,7 @@ def test_killed_actor_loses_and_duplicates_no_prompt(ray_local, redis_url, tiny_
     buf = _buffer(redis_url, run_id)
     problems = [(a, b) for a in range(4) for b in range(5)]        # 20 prompts
     loops = start_loops(actors)
-    buf.putarith_prompts(arith_prompts(tok, run_id, problems, n=8, max_tokens=64))
+    buf.put_prompts(arith_prompts(tok, run_id, problems, n=8, max_tokens=64))
     time.sleep(2.0)
     ray.kill(actors[0], no_restart=True)                           # SIGKILL-equivalent mid-run
     groups = collect_groups(buf, len(problems), timeout=180)
