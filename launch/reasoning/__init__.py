@@ -4,9 +4,9 @@ Its recommended run settings, as plain constants for presets to build from (the 
 on are in the built world's manifest, `world.json`):
 
   STAGE_BUDGETS      response-token budget per stage, the paper's 8K -> 16K -> 32K scaled down: the
-                     warmed-up policy's responses run ~15..200 tokens, so the 64-token stage cuts many
+                     warmed-up policy's responses run ~14..160 tokens, so the 64-token stage cuts many
                      of them (the long-k problems), 128 fewer and 256 almost none.
-  MAX_MODEL_LEN      longest prompt (~60 tokens) + the largest budget, rounded up.
+  MAX_MODEL_LEN      longest prompt (~70 tokens) + the largest budget, rounded up.
   GROUP_SIZE         samples per prompt.
   TEMPERATURE        sampling τ of the actors (and the learner's logit divisor).
   OVERLONG_BUFFER    tokens before a stage's budget where overlong shaping starts its penalty

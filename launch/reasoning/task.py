@@ -1,22 +1,27 @@
 """The reasoning world's task: the sum of k numbers, written out step by step with running totals.
 
-A problem names its k operands with letters, one per line (`Add:\na=17\nb=5\nc=32\nd=8`); its gold
-response (the SFT target) is one line per addition, labelled with the letter added, then the box:
+A problem names its k one-digit operands with letters, one per line (`Add:\na=7\nb=5\nc=3\nd=8`); its
+gold response (the SFT target) is one line per addition, labelled with the letter added, then the box:
 
-    b:17+5=22
-    c:22+32=54
-    d:54+8=62
-    \\boxed{62}
+    b:7+5=12
+    c:12+3=15
+    d:15+8=23
+    \\boxed{23}
 
 k (the number of operands, K_MIN..K_MAX) is drawn per problem, so the written trace, and with it
-the number of places a sampled response can go wrong, grows linearly with difficulty: about
-10 tokens a line, ~17 tokens for k=2 up to ~200 for k=K_MAX. That is what makes response-length
-budgets, truncation masks and overlong shaping bite, which the tiny world's 7-token answers never do.
-The letters are what make the trace learnable in minutes: fetching "the operand after the one
-just added" from an unlabelled list is a two-hop lookup that a 4-layer model had not learned after
-15k training traces, while "the value after `c=`" is the one-hop pattern (an induction head) that
-small transformers pick up early. Splits are a deterministic function of the seed; no validation problem text appears in
-the training split.
+the number of places a sampled response can go wrong, grows linearly with difficulty: 9-10 tokens a
+line, ~14 tokens for k=2 up to ~160 for k=K_MAX. That is what makes response-length budgets
+(64 cuts k >= 7), truncation masks and overlong shaping bite, which the tiny world's 7-token answers
+never do. What makes the trace learnable in a few CPU minutes (measured with a 4-layer, 1M-parameter
+model): the letters, since "the value after `c=`" is the one-hop pattern (an induction head) small
+transformers pick up early, where "the operand after the one just added" from an unlabelled list is a
+two-hop lookup; and one-digit operands, since with two-digit ones the same model was still at 72%
+teacher-forced token accuracy after 400 steps (it learned neither the fetch nor the carries), with
+one-digit ones it reached 97% at 350 steps and 99.6% at 500.
+
+Splits are a deterministic function of the seed; no validation problem appears in the training
+split. Training problems may repeat (k=2 has only 81 problems): k stays uniform over K_MIN..K_MAX,
+so the warm-up sees as many short traces (which stop after one line) as long ones.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ PROMPT_TEMPLATE = "Q: {problem}\nA: "
 DATA_SOURCE = "reasoning_sum"
 K_MIN, K_MAX = 2, 16            # operands per problem (one letter each)
 LETTERS = "abcdefghijklmnop"
-MIN_OPERAND, MAX_OPERAND = 1, 99
+MIN_OPERAND, MAX_OPERAND = 1, 9
 
 
 @dataclass(frozen=True)
@@ -81,23 +86,26 @@ def make_problem(rng: random.Random, index: int, k: int | None = None) -> SumPro
 
 
 def make_splits(seed: int, n_train: int = 20000, n_val: int = 256) -> tuple[list[SumProblem], list[SumProblem]]:
-    """(train, validation), disjoint by problem text. Validation holds n_val // (K_MAX-K_MIN+1) problems
-    of every k (the remainder to the smallest ks), so its accuracy weighs every difficulty alike."""
+    """(train, validation), disjoint by problem text. Validation holds n_val // (K_MAX-K_MIN+1) distinct
+    problems of every k (the remainder to the smallest ks), so its accuracy weighs every difficulty
+    alike; training problems are drawn with k uniform, repeats allowed, validation problems excluded."""
     rng = random.Random(seed)
     ks = list(range(K_MIN, K_MAX + 1))
     val_ks = [ks[i % len(ks)] for i in range(n_val)]
-    seen: set[str] = set()
     index = itertools.count()
-
-    def fresh(k: int | None) -> SumProblem:
-        while True:  # a repeat (only likely for small k) is drawn again
-            p = make_problem(rng, next(index), k)
-            if p.problem not in seen:
-                seen.add(p.problem)
-                return p
-
-    val = [fresh(k) for k in val_ks]
-    return [fresh(None) for _ in range(n_train)], val
+    val: list[SumProblem] = []
+    held_out: set[str] = set()
+    for k in val_ks:
+        while (p := make_problem(rng, next(index), k)).problem in held_out:
+            pass                                           # a repeat (only likely for small k) is drawn again
+        held_out.add(p.problem)
+        val.append(p)
+    train: list[SumProblem] = []
+    while len(train) < n_train:
+        p = make_problem(rng, next(index))
+        if p.problem not in held_out:
+            train.append(p)
+    return train, val
 
 
 def write_jsonl(problems: list[SumProblem], path: Path) -> None:

@@ -90,7 +90,7 @@ def gold_trace_prob(model: Qwen2ForCausalLM, enc: Encoder, problems: list[SumPro
 
 def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[SumProblem],
             val: list[SumProblem], *, seed: int, target_accuracy: float = 0.25, max_steps: int = 1500,
-            batch_size: int = 32, micro_batches: int = 2, lr: float = 2e-3, lr_warmup: int = 20,
+            batch_size: int = 32, micro_batches: int = 2, lr: float = 3e-3, lr_warmup: int = 20,
             check_every: int = 25, sample_when: float = 0.6, log=print) -> WarmupResult:
     """Train until sampled validation accuracy at τ=1 reaches target_accuracy (or max_steps).
 
