@@ -56,7 +56,7 @@ def _length_summary(lengths: list[int]) -> dict:
                                     for b in STAGE_BUDGETS}}
 
 
-def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, log) -> dict:
+def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, n_val: int, log) -> dict:
     import torch
 
     from launch.reasoning.model import init_reasoning_model
@@ -67,7 +67,7 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()
-    train, val = make_splits(seed)
+    train, val = make_splits(seed, n_val=n_val)
     (out / "data").mkdir(parents=True)
     write_jsonl(train, out / "data" / "train.jsonl")
     write_jsonl(val, out / "data" / "val.jsonl")
@@ -100,11 +100,13 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
 
 
 def ensure_reasoning_world(seed: int = 0, cache_dir: Path | None = None, *, max_warmup_steps: int = 1500,
-                           target_accuracy: float = 0.25, log=print) -> ReasoningWorld:
-    """Return the cached world for these settings, building it first if needed."""
+                           target_accuracy: float = 0.25, n_val: int = 256, log=print) -> ReasoningWorld:
+    """Return the cached world for these settings, building it first if needed (a small n_val and
+    max_warmup_steps make a quick build for tests: every figure is then measured on n_val problems)."""
     cache_dir = Path(cache_dir or default_cache_dir())
     cache_dir.mkdir(parents=True, exist_ok=True)
-    name = f"reasoning-world-v{BUILD_VERSION}-s{seed}-w{max_warmup_steps}-a{target_accuracy:g}"
+    name = (f"reasoning-world-v{BUILD_VERSION}-s{seed}-w{max_warmup_steps}-a{target_accuracy:g}"
+            + (f"-v{n_val}" if n_val != 256 else ""))
     world = ReasoningWorld(cache_dir / name)
     with open(cache_dir / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -114,7 +116,7 @@ def ensure_reasoning_world(seed: int = 0, cache_dir: Path | None = None, *, max_
         shutil.rmtree(tmp, ignore_errors=True)
         log(f"[reasoning] building the reasoning world in {world.root} (seed {seed}) ...")
         try:
-            manifest = _build(tmp, seed, max_warmup_steps, target_accuracy, log)
+            manifest = _build(tmp, seed, max_warmup_steps, target_accuracy, n_val, log)
             os.replace(tmp, world.root)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
