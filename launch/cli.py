@@ -1,4 +1,6 @@
-"""Command line shared by the entry scripts: preset -> world (--tiny / --shapes / --reasoning) -> overrides -> print/save -> run.
+"""Command line shared by the entry scripts: preset -> world -> overrides -> print/save -> run.
+
+Worlds: --tiny, --shapes, --reasoning (one at most).
 
 Heavy modules (Ray, vLLM, DeepSpeed) are imported only after the config is resolved, so
 `--help`, `--print-config` and config errors are instant.

@@ -42,7 +42,8 @@ class StageConfig(BaseModel):
 class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny / --reasoning: that world's model).")
+    model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny / --reasoning: "
+                                  "that world's model).")
     model_source: Literal["auto", "shared", "object_store"] = Field(
         "auto", description="How actors and learner ranks get model_dir (actors.model_source): 'shared' = the "
         "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "

@@ -11,7 +11,7 @@ truncation mask and overlong shaping (L_cache divided by 128 like the budgets). 
   seconds;
 - one learning rate, REASONING_LR, for every preset (the paper keeps lr fixed across its ablations,
   so an arm never differs from another by its lr), with a 5-update warm-up;
-- stage lengths divided by 20 (100 steps -> 5) so a short CPU run sees every stage;
+- stage lengths divided by 25 (100 steps -> 4) so a 10-step CPU run sees every stage;
 - one CPU actor (fp32, eager), one learner rank, a small held-out evaluation.
 """
 
@@ -25,7 +25,7 @@ REASONING_ROLLOUT_UNIT = 16     # D_R 64 -> 16 (D_T by the same factor)
 REASONING_GROUP_SIZE = 8
 REASONING_LR = 2e-4
 REASONING_MAX_STEPS = 40
-STAGE_STEP_DIVISOR = 20
+STAGE_STEP_DIVISOR = 25      # 100 -> 4: a 10-step run sees 64 (4 steps), 128 (4), 256 (2)
 
 
 def scale_to_reasoning(cfg: RunConfig) -> RunConfig:

@@ -28,9 +28,11 @@ def test_every_preset_scales_and_round_trips(name):
 def test_keeps_what_the_ablation_is_about(name):
     big, small = get_preset(name), scale_to_reasoning(get_preset(name))
     b, s = big.learner.batch, small.learner.batch
-    assert (s.n_reuse, s.n_sgd, b.rollout_batch // b.mini_batch) == (b.n_reuse, b.n_sgd, s.rollout_batch // s.mini_batch)
+    assert (s.n_reuse, s.n_sgd) == (b.n_reuse, b.n_sgd)
+    assert s.rollout_batch // s.mini_batch == b.rollout_batch // b.mini_batch
     assert s.rollout_batch == 16 and small.group_size == 8
-    assert (small.temperature, small.learner.mode, small.learner.loss) == (big.temperature, big.learner.mode, big.learner.loss)
+    assert (small.temperature, small.learner.mode) == (big.temperature, big.learner.mode)
+    assert small.learner.loss == big.learner.loss
     assert small.learner.entropy == big.learner.entropy
     assert small.learner.advantage.truncation_mask == big.learner.advantage.truncation_mask
 
@@ -38,7 +40,7 @@ def test_keeps_what_the_ablation_is_about(name):
 def test_budgets_are_the_papers_over_128():
     assert [s.max_tokens for s in scale_to_reasoning(get_preset("baseline")).data.stages] == [128]
     stages = scale_to_reasoning(get_preset("multistage")).data.stages
-    assert [(s.max_tokens, s.steps) for s in stages] == [(64, 5), (128, 5), (256, None)]
+    assert [(s.max_tokens, s.steps) for s in stages] == [(64, 4), (128, 4), (256, None)]
     assert scale_to_reasoning(get_preset("multistage")).data.online_filter
 
 
