@@ -70,3 +70,13 @@ def test_science_runs_ask_for_the_world_by_its_flag(tmp_path):
     assert cfg.reasoning and cfg.steps == 3
     assert RunSpec("onpolicy", (), "tiny", 0, 3).argv(tmp_path)[2] == "--tiny"
     assert "--reasoning" not in RunSpec("onpolicy", (), None, 0, 3).argv(tmp_path)
+
+
+def test_minibatch_finding_keeps_four_minibatches_in_every_world(tmp_path):
+    from launch.science.findings import finding
+
+    arm = finding("minibatches").arms[1]
+    for world in ("tiny", "reasoning", None):
+        cfg, _ = build_config(RunSpec(arm.preset, arm.overrides, world, 0, 3).argv(tmp_path), default_preset=arm.preset)
+        b = cfg.learner.batch
+        assert (b.rollout_batch // b.mini_batch, b.n_reuse, b.n_sgd, cfg.learner.mode) == (4, 1, 4, "off_policy")
