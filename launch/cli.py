@@ -1,4 +1,6 @@
-"""Command line shared by the entry scripts: preset -> --tiny -> overrides -> print/save -> run.
+"""Command line shared by the entry scripts: preset -> world -> overrides -> print/save -> run.
+
+Worlds: --tiny, --shapes, --reasoning (one at most).
 
 Heavy modules (Ray, vLLM, DeepSpeed) are imported only after the config is resolved, so
 `--help`, `--print-config` and config errors are instant.
@@ -29,18 +31,24 @@ def build_config(argv: list[str], default_preset: str):
     ap.add_argument("--tiny", action="store_true", help="scale to the tiny CPU world (same ratios)")
     ap.add_argument("--shapes", action="store_true", help="real-size shapes on CPU: Qwen2.5-0.5B architecture with "
                     "random weights, 512-token responses, 3 measured steps (launch/shapes)")
+    ap.add_argument("--reasoning", action="store_true", help="the reasoning CPU world: written-out running sums, "
+                    "64 -> 128 -> 256-token budgets, truncation and overlong shaping bite (launch/reasoning)")
     ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args, rest = ap.parse_known_args(argv)
     require_own_packages()
     try:
         cfg = get_preset(args.preset)
-        if args.tiny and args.shapes:
-            raise ValueError("--tiny and --shapes are two different worlds: pick one")
+        worlds = [f"--{w}" for w in ("tiny", "shapes", "reasoning") if getattr(args, w)]
+        if len(worlds) > 1:
+            raise ValueError(f"{' and '.join(worlds)} are different worlds: pick one")
         if args.tiny:
             cfg = scale_to_tiny(cfg)
         if args.shapes:
             from launch.shapes.preset import scale_to_shapes
             cfg = scale_to_shapes(cfg)
+        if args.reasoning:
+            from launch.reasoning.preset import scale_to_reasoning
+            cfg = scale_to_reasoning(cfg)
         cfg = apply_overrides(cfg, split_overrides(rest))
     except (ConfigError, ValueError, KeyError) as exc:
         ap.exit(2, f"error: {exc}\n")
@@ -54,12 +62,16 @@ def config_line(cfg) -> str:
     clip = f"{lc.loss.eps_low:g}/{lc.loss.eps_high:g}"
     advantages = (f"PRIME (PRM lr {lc.prime.prm_lr:g}, filter [{lc.prime.filter_low:g}, {lc.prime.filter_high:g}])"
                   if lc.prime is not None else lc.advantage.estimator)
-    return (f"[config] {cfg.preset}{' (tiny)' if cfg.tiny else ''}: {lc.mode}, D_R {b.rollout_batch} D_T {b.mini_batch} "
+    return (f"[config] {cfg.preset}{_world(cfg)}: {lc.mode}, D_R {b.rollout_batch} D_T {b.mini_batch} "
             f"N_reuse {b.n_reuse} (N_SGD {b.n_sgd}), max_lag {lc.max_lag}, gs {cfg.group_size}, tau {cfg.temperature:g}, "
             f"budget {stages} tokens, advantages {advantages}, clip {clip}, entropy {lc.entropy.type}, lr {lc.lr:g}, "
             f"{cfg.steps} steps, "
             f"{cfg.actors.num_actors} actor(s), {lc.num_ranks} learner rank(s); "
             f"full config: {cfg.path}/config.json")
+
+
+def _world(cfg) -> str:
+    return next((f" ({w})" for w in ("tiny", "shapes", "reasoning") if getattr(cfg, w)), "")
 
 
 def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> None:

@@ -42,7 +42,8 @@ class StageConfig(BaseModel):
 class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny: the tiny world's model).")
+    model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny / --reasoning: "
+                                  "that world's model).")
     model_source: Literal["auto", "shared", "object_store"] = Field(
         "auto", description="How actors and learner ranks get model_dir (actors.model_source): 'shared' = the "
         "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "
@@ -87,6 +88,8 @@ class RunConfig(BaseModel):
     tiny: bool = Field(False, description="Use the tiny CPU world (built and cached on first use).")
     shapes: bool = Field(False, description="Use the shapes world: Qwen2.5-0.5B shapes with random weights, "
                          "512-token responses, a few measured CPU steps (launch.shapes).")
+    reasoning: bool = Field(False, description="Use the reasoning CPU world: running sums written out line by "
+                            "line, 64 -> 128 -> 256-token budgets (launch.reasoning; built and cached on first use).")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
                                "ablation 0.6): the actors sample at it and the learner divides its logits by it.")
     group_size: int = Field(16, ge=2, description="gs: responses sampled per prompt (16 in the paper; >= 2 "
@@ -105,6 +108,13 @@ class RunConfig(BaseModel):
         if cache is not None and cache > shortest:
             raise ValueError(f"learner.advantage.overlong_cache={cache} exceeds the shortest stage budget "
                              f"{shortest}: L_cache must be <= L_max of every stage")
+        return self
+
+    @model_validator(mode="after")
+    def _one_world(self) -> RunConfig:
+        worlds = [name for name in ("tiny", "shapes", "reasoning") if getattr(self, name)]
+        if len(worlds) > 1:
+            raise ValueError(f"{' and '.join(worlds)} are different worlds: pick one")
         return self
 
     @property

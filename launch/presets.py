@@ -106,7 +106,8 @@ PRESETS: dict[str, Callable[[], RunConfig]] = {
     "baseline": baseline, "onpolicy": onpolicy, "offpolicy_reuse4": offpolicy_reuse4,
     "offpolicy_guarded": offpolicy_guarded, "multistage": multistage,
     **{f"reuse{n}_dr{r}_dt{t}": reuse(n, r, t) for n, r, t in
-       [(1, 64, 64), (2, 64, 32), (2, 64, 64), (4, 64, 16), (4, 64, 64), (1, 32, 32), (1, 16, 16), (4, 256, 64)]},
+       [(1, 64, 64), (1, 64, 16), (2, 64, 32), (2, 64, 64), (4, 64, 16), (4, 64, 64), (1, 32, 32), (1, 16, 16),
+        (4, 256, 64)]},
     **{f"cliphigh_{e:g}": clip_higher(e) for e in (0.2, 0.25, 0.265, 0.28)},
     **{f"temp_{t:g}": temperature(t) for t in (0.6, 1.0)},
     "entropy_adaptive": entropy("adaptive"), "entropy_none": entropy("none"),

@@ -52,3 +52,11 @@ def tiny_world():
     from launch.tiny.build import ensure_tiny_world
 
     return ensure_tiny_world()
+
+
+@pytest.fixture(scope="session")
+def reasoning_world():
+    """The cached reasoning world (launch.reasoning); built once (~4 min on 2 cores) if missing."""
+    from launch.reasoning.build import ensure_reasoning_world
+
+    return ensure_reasoning_world()

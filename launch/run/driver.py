@@ -236,9 +236,15 @@ def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
         world = ensure_shapes_world()
         return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
                 cfg.data.eval_path, PROMPT_TEMPLATE)
+    if cfg.reasoning:
+        from launch.reasoning import PROMPT_TEMPLATE
+        from launch.reasoning.build import ensure_reasoning_world
+        world = ensure_reasoning_world()
+        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
+                cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
     if not cfg.data.model_dir or not cfg.data.train_path:
         raise ValueError("--data.model_dir (a Hugging Face model directory) and --data.train_path (a JSONL/"
-                         "parquet of math problems) are required unless --tiny")
+                         "parquet of math problems) are required unless --tiny, --shapes or --reasoning")
     return cfg.data.model_dir, cfg.data.train_path, cfg.data.eval_path, "{problem}\n"
 
 

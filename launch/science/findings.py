@@ -55,12 +55,12 @@ FINDINGS: tuple[Finding, ...] = (
         gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16"}),
     Finding(
         "minibatches", "More mini-batches per rollout batch also speed up collapse", "Skywork-OR1 §4",
-        "reasoning", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt64", ("--learner.mode", "off_policy",
-                                                                         "--learner.max_lag", "4",
-                                                                         "--learner.batch.mini_batch", "16"))),
+        # a preset, not a --learner.batch.mini_batch override: an absolute D_T would be applied after a
+        # world's scaling (D_R 32 or 16 there) and lose the ratio D_R/D_T = 4
+        "reasoning", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt16")),
         (Check("(1, D_R, D_T) with D_T = D_R/4 keeps less entropy than (1, D, D)",
                "entropy_ratio", ONPOLICY.name, "(1, D, D/4)", "lower"),),
-        gpu={ONPOLICY.name: "reuse1_dr64_dt64", "(1, D, D/4)": "reuse1_dr64_dt64 + --learner.batch.mini_batch 16"}),
+        gpu={ONPOLICY.name: "reuse1_dr64_dt64", "(1, D, D/4)": "reuse1_dr64_dt16"}),
     Finding(
         "temperature", "A low sampling temperature collapses faster", "Skywork-OR1 §4 (temperature ablation)",
         "reasoning", (Arm("tau 1.0", "temp_1"), Arm("tau 0.6", "temp_0.6")),

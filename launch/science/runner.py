@@ -35,7 +35,7 @@ class RunSpec:
         return f"{self.preset}-s{self.seed}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
     def argv(self, run_dir: Path) -> list[str]:
-        world = [] if self.world is None else ["--tiny"] if self.world == "tiny" else ["--world", self.world]
+        world = [] if self.world is None else [f"--{self.world}"]       # --tiny / --reasoning
         return ["--preset", self.preset, *world, "--seed", str(self.seed), "--steps", str(self.steps),
                 "--run_dir", str(run_dir), "--run_id", self.key, *self.overrides]
 

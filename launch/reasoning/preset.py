@@ -1,0 +1,54 @@
+"""`--reasoning`: any preset scaled to the reasoning world (launch.reasoning), where every knob bites.
+
+Budgets are the paper's divided by 128, so 8K -> 16K -> 32K becomes 64 -> 128 -> 256 tokens and the
+baseline's 16K becomes 128: the warmed-up policy's responses run ~15-170 tokens, so a 64-token stage
+cuts the long-k problems, 128 a few, 256 none (the figures are in the world's manifest). What is
+kept from the preset: its mode, N_reuse, D_R/D_T (hence N_SGD), τ, clip range, entropy rule,
+truncation mask and overlong shaping (L_cache divided by 128 like the budgets). What changes, and why:
+
+- D_R 64 -> REASONING_ROLLOUT_UNIT prompts (D_T by the same factor) and REASONING_GROUP_SIZE samples
+  per prompt: one rollout batch is then ~8K response tokens, which 2 CPU cores generate and train in
+  seconds;
+- one learning rate, REASONING_LR, for every preset (the paper keeps lr fixed across its ablations,
+  so an arm never differs from another by its lr), with a 5-update warm-up;
+- stage lengths divided by 25 (100 steps -> 4) so a 10-step CPU run sees every stage;
+- one CPU actor (fp32, eager), one learner rank, a small held-out evaluation.
+"""
+
+from __future__ import annotations
+
+from launch.config import RunConfig, StageConfig
+from launch.reasoning import MAX_MODEL_LEN
+
+BUDGET_DIVISOR = 128            # 8192 -> 64, 16384 -> 128, 32768 -> 256
+REASONING_ROLLOUT_UNIT = 16     # D_R 64 -> 16 (D_T by the same factor)
+REASONING_GROUP_SIZE = 8
+REASONING_LR = 2e-4
+REASONING_MAX_STEPS = 40
+STAGE_STEP_DIVISOR = 25      # 100 -> 4: a 10-step run sees 64 (4 steps), 128 (4), 256 (2)
+
+
+def scale_to_reasoning(cfg: RunConfig) -> RunConfig:
+    batch = cfg.learner.batch
+    factor = max(batch.rollout_batch // REASONING_ROLLOUT_UNIT, 1)
+    if batch.mini_batch % factor:
+        raise ValueError(f"cannot scale D_T={batch.mini_batch} by 1/{factor} keeping the ratio")
+    small = batch.model_copy(update=dict(rollout_batch=batch.rollout_batch // factor,
+                                         mini_batch=batch.mini_batch // factor))
+    learner = cfg.learner.model_dump()
+    learner.update(batch=small.model_dump(), lr=REASONING_LR, warmup_steps=5, weight_decay=0.0,
+                   micro_batch_tokens=8192, checkpoint_every=0, num_ranks=1, zero_stage=0, block_ms=200)
+    cache = cfg.learner.advantage.overlong_cache
+    if cache is not None:
+        learner["advantage"]["overlong_cache"] = max(cache // BUDGET_DIVISOR, 1)
+    group_size = min(cfg.group_size, REASONING_GROUP_SIZE)
+    actors = cfg.actors.model_copy(update=dict(
+        num_actors=1, max_model_len=MAX_MODEL_LEN, max_prompts_in_flight=2 * small.rollout_batch,
+        enforce_eager=True, num_gpus=0.0, dtype="float32"))
+    stages = [StageConfig(max_tokens=max(8, s.max_tokens // BUDGET_DIVISOR),
+                          steps=s.steps and max(s.steps // STAGE_STEP_DIVISOR, 1)) for s in cfg.data.stages]
+    data = cfg.data.model_copy(update=dict(stages=stages, eval_n=2, eval_every=0, eval_max_problems=64,
+                                           chat_template=False))
+    return RunConfig.model_validate({**cfg.model_dump(), "reasoning": True, "group_size": group_size,
+                                     "steps": min(cfg.steps, REASONING_MAX_STEPS), "actors": actors.model_dump(),
+                                     "learner": learner, "data": data.model_dump()})
