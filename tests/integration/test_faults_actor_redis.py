@@ -291,9 +291,17 @@ def test_soak_actor_kills_memory_bounded(tmp_path, own_redis, driver_runs, tiny_
     grows by design, the ``consumed`` set (the learner's idempotency set: one short id per consumed
     group, never trimmed), is taken out of that figure and checked separately: ids only, no payloads.
     The dead-letter and metrics streams are capped small here (their defaults keep 100k entries and
-    1M rows: stale groups are dead-lettered with up to deadletter_raw_bytes of payload each)."""
+    1M rows: stale groups are dead-lettered with up to deadletter_raw_bytes of payload each).
+
+    Also: every killed actor is replaced (Ray restarts it and it beats again with a new pid before the
+    next kill), nothing is trained twice (the learner's own count of trained groups equals the
+    buffer's), and the learner never stalls longer than LAGRL_SOAK_MAX_STALL_S (default 120 s)
+    between two steps: a kill leaves the other actor generating and the dead one's prompts come
+    back after reclaim_idle_ms (4 s here), so the learner must not wait for the restart (a cold
+    vLLM start, 30-60 s on 2 cores); 120 s is twice that, room for a busy machine."""
     minutes = float(os.environ.get("LAGRL_SOAK_MINUTES", "30"))
     kill_every = float(os.environ.get("LAGRL_SOAK_KILL_EVERY_S", min(180.0, minutes * 60 / 4)))
+    max_stall_s = float(os.environ.get("LAGRL_SOAK_MAX_STALL_S", "120"))
     retention = 128
     server = own_redis(tmp_path / "redis-run")
     run = DriverRun(tmp_path, server.url, "soak", [
@@ -305,12 +313,25 @@ def test_soak_actor_kills_memory_bounded(tmp_path, own_redis, driver_runs, tiny_
 
     samples: list[tuple[int, int, int]] = []    # (used_memory, consumed-set bytes, groups written)
     kills, next_kill, last = [], time.monotonic() + kill_every, None
+    replaced: list[float] = []                   # seconds from each kill to a new live pid for that actor
+    dead: tuple[str, int, float] | None = None   # (actor id, killed pid, when) until its replacement beats
+    steps, last_step_at, longest_stall = run.steps_done(), time.monotonic(), 0.0
     while run.proc.poll() is None:
+        now = time.monotonic()
         used = int(run.client.info("memory")["used_memory"])
         consumed = int(run.client.memory_usage(run.keys.consumed, samples=0) or 0)
         samples.append((used, consumed, int(run.client.hget(run.keys.counters, "groups_written") or 0)))
-        if time.monotonic() >= next_kill and len(run.live_actors()) == 2:
+        if (n := run.steps_done()) > steps:
+            steps, last_step_at = n, now
+        longest_stall = max(longest_stall, now - last_step_at)
+        live = run.live_actors()
+        if dead and dead[0] in live and int(live[dead[0]]["pid"]) != dead[1]:
+            replaced.append(round(now - dead[2], 1))
+            print(f"[soak] {dead[0]} replaced after {replaced[-1]}s (pid {live[dead[0]]['pid']})", flush=True)
+            dead = None
+        if now >= next_kill and len(live) == 2 and dead is None:
             last, pid, held = run.kill_busiest_actor(exclude=last)
+            dead = (last, int(pid), time.monotonic())
             kills.append((round(time.monotonic() - run.started), last, len(held)))
             print(f"[soak] t={kills[-1][0]}s SIGKILL {last} pid {pid} holding {len(held)} prompts", flush=True)
             next_kill = time.monotonic() + kill_every
@@ -327,10 +348,14 @@ def test_soak_actor_kills_memory_bounded(tmp_path, own_redis, driver_runs, tiny_
           f"used_memory less the consumed set: max first third {first / mib:.2f} MiB, last third "
           f"{final / mib:.2f} MiB ({len(samples)} samples, {len(warm)} after warm-up); consumed set "
           f"{samples[-1][1] / mib:.2f} MiB = {per_id:.0f} B per consumed group; used_memory at the end "
-          f"{samples[-1][0] / mib:.2f} MiB", flush=True)
+          f"{samples[-1][0] / mib:.2f} MiB; high-water mark {max(u for u, _, _ in samples) / mib:.2f} MiB; "
+          f"replacements after {replaced} s; longest learner stall {longest_stall:.0f}s", flush=True)
     assert kills, "no actor was killed: the soak was too short for LAGRL_SOAK_KILL_EVERY_S"
     assert summary["steps"] > 0
     _assert_books(a)
+    assert a.outcomes["trained"] == _trained_slots(run), "a group was trained twice (or its ACK was lost)"
+    assert len(replaced) >= len(kills) - (dead is not None), f"killed {kills}, replaced only {replaced}"
+    assert longest_stall <= max_stall_s, f"the learner stalled {longest_stall:.0f}s > {max_stall_s:.0f}s"
     assert final <= 1.5 * first, f"Redis memory grew: {first} -> {final} bytes"
     assert per_id <= 160, f"consumed set holds {per_id:.0f} B per group: more than an id"
     server.stop()
