@@ -129,6 +129,15 @@ TINY_PRM_LR = 1e-4             # PRIME's PRM in the tiny world (measured, see sc
 TINY_PRIME_LR = 1e-5           # the policy under PRIME in the tiny world (measured, see scale_to_tiny)
 
 
+def scale_batch(batch: BatchConfig, rollout_unit: int) -> BatchConfig:
+    """D_R down to ``rollout_unit`` and D_T by the same factor: D_R/D_T, N_reuse and N_SGD are kept."""
+    factor = max(batch.rollout_batch // rollout_unit, 1)
+    if batch.mini_batch % factor:
+        raise ValueError(f"cannot scale D_T={batch.mini_batch} by 1/{factor} keeping the ratio")
+    return batch.model_copy(update=dict(rollout_batch=batch.rollout_batch // factor,
+                                        mini_batch=batch.mini_batch // factor))
+
+
 def scale_to_tiny(cfg: RunConfig) -> RunConfig:
     """Shrink batches to D_R 32 keeping D_R/D_T, N_reuse and the group size (the rollouts per prompt
     are part of a recipe: Skywork's 16, Sky-T1's 4 and 8); tiny model, short responses, CPU engines.
@@ -149,12 +158,7 @@ def scale_to_tiny(cfg: RunConfig) -> RunConfig:
     held-out avg@4 fell 0.275 -> 0.081 in 10 steps, at 5e-5 (PRIME's ratio) the PRM's held-out pairwise
     accuracy fell below chance after ~8 steps (0.2-0.4) and avg@4 0.27 -> 0.21; at 1e-5 the PRM stays
     ahead (pairwise 0.58-0.60 over 10 steps, two runs) while the policy barely moves."""
-    batch = cfg.learner.batch
-    factor = max(batch.rollout_batch // TINY_ROLLOUT_UNIT, 1)
-    if batch.mini_batch % factor:
-        raise ValueError(f"cannot scale D_T={batch.mini_batch} by 1/{factor} keeping the ratio")
-    tiny_batch = batch.model_copy(update=dict(rollout_batch=batch.rollout_batch // factor,
-                                              mini_batch=batch.mini_batch // factor))
+    tiny_batch = scale_batch(cfg.learner.batch, TINY_ROLLOUT_UNIT)
     learner = cfg.learner.model_dump()
     tiny_lr = TINY_LR[cfg.learner.advantage.estimator] / tiny_batch.n_sgd ** 0.5
     learner.update(batch=tiny_batch.model_dump(), lr=tiny_lr, warmup_steps=10,

@@ -8,12 +8,37 @@ twice) and atomic (a temp directory renamed into place), so no reader ever sees 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class World:
+    """A built world: a Hugging Face model directory (config, weights, tokenizer), the task's
+    train/validation JSONL and the build manifest."""
+    root: Path
+
+    @property
+    def model_dir(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def train_path(self) -> Path:
+        return self.root / "data" / "train.jsonl"
+
+    @property
+    def val_path(self) -> Path:
+        return self.root / "data" / "val.jsonl"
+
+    @property
+    def manifest(self) -> dict:
+        return json.loads((self.root / "world.json").read_text())
 
 
 def default_cache_dir() -> Path:

@@ -17,36 +17,19 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from launch.reasoning import STAGE_BUDGETS
 from launch.tiny.build import sha256_file
-from launch.world_cache import ensure_built
+from launch.world_cache import World, ensure_built
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 FILES = ("model/tokenizer.json", "model/model.safetensors", "data/train.jsonl", "data/val.jsonl")
 
 
-@dataclass(frozen=True)
-class ReasoningWorld:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:      # HF checkpoint dir: config, weights and tokenizer together
-        return self.root / "model"
-
-    @property
-    def train_path(self) -> Path:
-        return self.root / "data" / "train.jsonl"
-
-    @property
-    def val_path(self) -> Path:
-        return self.root / "data" / "val.jsonl"
-
-    @property
-    def manifest(self) -> dict:
-        return json.loads((self.root / "world.json").read_text())
+class ReasoningWorld(World):
+    """The reasoning world (written-out running sums)."""
 
 
 def _length_summary(lengths: list[int]) -> dict:

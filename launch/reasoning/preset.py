@@ -18,6 +18,7 @@ truncation mask and overlong shaping (L_cache divided by 128 like the budgets). 
 from __future__ import annotations
 
 from launch.config import RunConfig, StageConfig
+from launch.presets import scale_batch
 from launch.reasoning import MAX_MODEL_LEN
 
 BUDGET_DIVISOR = 128            # 8192 -> 64, 16384 -> 128, 32768 -> 256
@@ -29,12 +30,7 @@ STAGE_STEP_DIVISOR = 25      # 100 -> 4: a 10-step run sees 64 (4 steps), 128 (4
 
 
 def scale_to_reasoning(cfg: RunConfig) -> RunConfig:
-    batch = cfg.learner.batch
-    factor = max(batch.rollout_batch // REASONING_ROLLOUT_UNIT, 1)
-    if batch.mini_batch % factor:
-        raise ValueError(f"cannot scale D_T={batch.mini_batch} by 1/{factor} keeping the ratio")
-    small = batch.model_copy(update=dict(rollout_batch=batch.rollout_batch // factor,
-                                         mini_batch=batch.mini_batch // factor))
+    small = scale_batch(cfg.learner.batch, REASONING_ROLLOUT_UNIT)
     learner = cfg.learner.model_dump()
     learner.update(batch=small.model_dump(), lr=REASONING_LR, warmup_steps=5, weight_decay=0.0,
                    micro_batch_tokens=8192, checkpoint_every=0, num_ranks=1, zero_stage=0, block_ms=200)

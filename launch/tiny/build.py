@@ -13,33 +13,16 @@ import argparse
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-from launch.world_cache import default_cache_dir, ensure_built
+from launch.world_cache import World, default_cache_dir, ensure_built
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 
 
-@dataclass(frozen=True)
-class TinyWorld:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:      # HF checkpoint dir: config, weights and tokenizer together
-        return self.root / "model"
-
-    @property
-    def train_path(self) -> Path:
-        return self.root / "data" / "train.jsonl"
-
-    @property
-    def val_path(self) -> Path:
-        return self.root / "data" / "val.jsonl"
-
-    @property
-    def manifest(self) -> dict:
-        return json.loads((self.root / "world.json").read_text())
+class TinyWorld(World):
+    """The tiny world (arithmetic, 7-token answers)."""
 
 
 def sha256_file(path: Path) -> str:
