@@ -36,3 +36,20 @@ def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, caps
 
     assert main(argv) == 0                                                 # resumable: nothing is rerun
     assert "done before, kept" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_full_report_on_the_cpu_worlds(ray_local, tmp_path, reasoning_world, capsys):
+    """The full report as the README runs it: every finding, 3 seeds, the reasoning world (~95 min on
+    2 cores). Every run finishes and every check gets a verdict from 3 paired seeds; which way the
+    verdicts fall is the measurement (README), not something a test may demand."""
+    from launch.science.__main__ import main
+    from launch.science.findings import FINDINGS
+
+    out = tmp_path / "science"
+    assert main(["--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "run(s) failed" not in printed
+    rows = list(csv.DictReader(open(out / "report.csv")))
+    assert len(rows) == sum(len(f.checks) for f in FINDINGS)
+    assert all(r["seeds"] == "3" and r["verdict"] in ("agrees", "disagrees", "inconclusive") for r in rows)
