@@ -229,9 +229,11 @@ class GuardConfig(_Config):
         "(k3 of a token at the clip edge rho = 1.2 is 0.018; prime-rl's bar for a sound model "
         "implementation is a mean < 0.015).")
     mismatch_keys: tuple[str, ...] = Field(
-        ("mismatch/behaviour_kl_k3", "mismatch/kl_k3"), min_length=1, description="Metric read by the "
-        "mismatch rule: the first one present in the step's row (behaviour vs pi_old when the loss "
-        "has the behaviour log-probs, else pi_old = behaviour and mismatch/kl_k3 is that KL).")
+        ("mismatch/behaviour_kl_k3", "mismatch/start_kl_k3", "mismatch/kl_k3"), min_length=1,
+        description="Metric read by the mismatch rule: the first one present in the step's row "
+        "(behaviour vs the recomputed pi_old when the loss has both; else pi_old = behaviour and "
+        "mismatch/start_kl_k3, the step's first update, before the learner moved, is that KL; the "
+        "step mean mismatch/kl_k3 also holds the learner's own movement over N_SGD updates).")
     clip_frac_max: float | None = Field(
         0.05, gt=0, le=1, description="Fires when the clipped-token fraction exceeds this (LLM GRPO "
         "runs clip well under 1% of tokens with one update per batch; 5% is a judgment call).")

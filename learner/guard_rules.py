@@ -1,7 +1,7 @@
 """The lag guard's rules: pure functions of the per-step metrics history (issue 22).
 
 Each rule reads the rows the learner already writes once per learner step (``entropy/mean``,
-``mismatch/kl_k3`` or ``mismatch/behaviour_kl_k3``, ``clip/frac`` / ``clip/high_frac`` /
+``mismatch/behaviour_kl_k3`` or ``mismatch/start_kl_k3``, ``clip/frac`` / ``clip/high_frac`` /
 ``clip/low_frac``; ``learner.step_metrics``, ``learner.lag.ratio_stats``,
 ``learner.corrections``), oldest first, and answers ``Fired`` (which rule, the values that fired
 it, the thresholds) or None:

@@ -8,6 +8,9 @@ count keys (``tokens/count``) add up, and everything else is a per-token value.
 * Across the N_SGD updates of a learner step, per-token values are the token-weighted mean
   sum_u value_u T_u / sum_u T_u (:func:`combine_updates`); with N_SGD = 1 that is the exact mean
   over the step's tokens, e.g. the entropy the entropy controller reads.
+* The mismatch KL also keeps its first update's value as ``mismatch/start_kl_k3`` (and ``_k1``): in
+  that update the learner still has the step's starting weights, so it measures behaviour vs
+  learner alone; the step mean also holds the learner's own movement over its N_SGD updates.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from typing import Iterable, Literal, Sequence
 
 COUNT_KEYS = frozenset({"tokens/count"})
+STEP_START_KEYS = {"mismatch/kl_k3": "mismatch/start_kl_k3", "mismatch/kl_k1": "mismatch/start_kl_k1"}
 
 
 def reduce_op(key: str) -> Literal["max", "min", "sum"]:
@@ -46,4 +50,7 @@ def combine_updates(per_update: Sequence[dict[str, float]], tokens: Sequence[flo
             out[k] = reduce_metrics({k: v} for v, _ in vals)[k]
         else:
             out[k] = sum(v * t for v, t in vals) / total if total > 0 else 0.0
+    for k, start_key in STEP_START_KEYS.items():
+        if per_update and k in per_update[0]:
+            out[start_key] = per_update[0][k]
     return out

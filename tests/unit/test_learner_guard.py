@@ -109,6 +109,9 @@ def test_mismatch_kl_boundary_persistence_and_key_preference():
     both = [{"mismatch/kl_k3": 0.0, "mismatch/behaviour_kl_k3": 0.25}] * 2
     assert mismatch_kl_rule(both, cfg, base).values == {"mismatch/behaviour_kl_k3": 0.25}
     assert mismatch_kl_rule([], cfg, base) is None
+    # Without it, the step's first update (the learner not yet moved) is preferred to the step mean.
+    start = [{"mismatch/kl_k3": 0.5, "mismatch/start_kl_k3": 0.01}] * 2
+    assert mismatch_kl_rule(start, _cfg(mismatch_kl_max=0.125, persist_steps=2), base) is None
 
 
 def test_clip_frac_boundary_and_key():

@@ -24,3 +24,12 @@ def test_combine_updates_is_token_weighted():
 
 def test_combine_updates_without_tokens_is_zero_not_nan():
     assert combine_updates([{"entropy/mean": 0.3}], [0]) == {"entropy/mean": 0.0}
+
+
+def test_mismatch_kl_keeps_the_steps_first_update_beside_the_token_weighted_mean():
+    # update 1 (the step's starting weights): k3 0.01 over 10 tokens; update 2 (learner moved): 0.05 over 30
+    out = combine_updates([{"mismatch/kl_k3": 0.01, "mismatch/kl_k1": 0.02},
+                           {"mismatch/kl_k3": 0.05, "mismatch/kl_k1": -0.01}], [10, 30])
+    assert out["mismatch/kl_k3"] == pytest.approx((0.1 + 1.5) / 40)      # 0.04: the learner's movement too
+    assert out["mismatch/start_kl_k3"] == 0.01 and out["mismatch/start_kl_k1"] == 0.02
+    assert "mismatch/start_kl_k3" not in combine_updates([{"loss/pg": 1.0}], [5])
