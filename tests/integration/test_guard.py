@@ -54,7 +54,14 @@ def test_guard_falls_back_to_on_policy_and_returns(ray_local, tmp_path, tiny_wor
     summary = json.loads((result.run_path / "summary.json").read_text())
     assert summary["guard"]["fallbacks"] == kinds.count("fallback") >= 1
     assert summary["guard"]["recoveries"] == kinds.count("recover") >= 1
-    assert summary["guard"]["on_policy_steps"] == sum(r["mode"] == "on_policy" for r in rows)
+    # the on-policy steps follow from the events alone: from the step after a fallback to the recovery
+    declared, mode = set(), "off_policy"
+    for step in sorted(by_step):
+        if mode == "on_policy":
+            declared.add(step)
+        mode = next((e["to_mode"] for e in events if e["step"] == step), mode)
+    assert {r["step"] for r in rows if r["mode"] == "on_policy"} == declared
+    assert summary["guard"]["on_policy_steps"] == len(declared) >= 2
 
     with open_run_dir(result.run_path) as server:
         client = connect(server.url)

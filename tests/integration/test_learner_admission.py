@@ -65,3 +65,19 @@ def test_off_policy_trains_straddled_responses_the_guard_fallback_does_not(redis
     want = [True, False, True, False] if fallback else [True] * 4
     np.testing.assert_array_equal(col.loss_masks[0], want)
     assert col.metrics()["lag/stale_dropped"] == (2 if fallback else 0)
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["off_policy", "guard_fallback"])
+def test_guard_fallback_drops_groups_beyond_its_lag_bound_and_counts_them(redis_server, fallback):
+    """A group sampled one version back (lag 1, nothing straddled) is trained in the configured
+    off-policy mode (max_lag 2) and dropped whole, counted as stale, once the guard holds lag 0."""
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    v = 5
+    buf.put_group(_spans(make_group("old", version=v - 1, seed=4), [(v - 1, v - 1)] * 4))
+    buf.put_group(_spans(make_group("fresh", version=v, seed=5), [(v, v)] * 4))
+    cfg = LearnerConfig(mode="off_policy", max_lag=2, batch=BatchConfig(rollout_batch=1, mini_batch=1),
+                        loss={"eps_low": 0.2, "eps_high": 0.28}, block_ms=100, data_timeout_s=30.0)
+    mode = fallback_mode(cfg) if fallback else configured_mode(cfg)
+    col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=mode)
+    assert [g.group_id for _, g in col.entries] == (["fresh"] if fallback else ["old"])
+    assert col.metrics()["lag/stale_dropped"] == (4 if fallback else 0)
