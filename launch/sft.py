@@ -93,6 +93,9 @@ def parse(argv: list[str]) -> tuple[SftConfig, bool]:
 
 def main(argv: list[str] | None = None) -> None:
     cfg, print_only = parse(sys.argv[1:] if argv is None else argv)
+    from launch.install_check import require_own_packages
+
+    require_own_packages()
     if print_only:
         print(cfg.model_dump_json(indent=2), flush=True)
         return

@@ -2,7 +2,8 @@
 
 Training sets, held-out sets (AIME), the tiny and reasoning worlds' data, and a run's
 ``metrics.jsonl`` are all JSON lines; every reader goes through :func:`read_jsonl`, so a bad
-line fails with its file and line number everywhere. Problems: :func:`load_problems` (a bare
+line fails with its file and line number everywhere; the worlds write theirs with
+:func:`write_jsonl`. Problems: :func:`load_problems` (a bare
 name such as ``aime24`` is looked up in :func:`default_data_dir`).
 """
 
@@ -12,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,13 @@ class Problem:
     data_source: str
     problem: str
     answer: str
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> None:
+    """One JSON object per line, keys sorted (a deterministic file for the same rows)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
 
 
 def read_jsonl(path: str | Path, *, allow_torn_tail: bool = False) -> list[dict[str, Any]]:

@@ -102,7 +102,7 @@ from typing import Any, Literal
 
 import psutil
 
-from rewards import _sandbox_cgroup
+import rewards._sandbox_cgroup as _sandbox_cgroup
 
 _INIT = str(Path(__file__).with_name("_sandbox_init.py"))
 # The launcher's (and so the program's) whole environment: nothing is inherited from the worker.

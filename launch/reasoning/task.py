@@ -27,10 +27,11 @@ so the warm-up sees as many short traces (which stop after one line) as long one
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from rewards import problems as problems_io
 
 PROMPT_TEMPLATE = "Q: {problem}\nA: "
 DATA_SOURCE = "reasoning_sum"
@@ -41,7 +42,7 @@ MIN_OPERAND, MAX_OPERAND = 1, 9
 
 @dataclass(frozen=True)
 class SumProblem:
-    """One problem, in the record shape launch.data.load_problems reads (plus k)."""
+    """One problem, in the record shape rewards.problems.load_problems reads (plus k)."""
 
     id: str
     data_source: str
@@ -109,12 +110,10 @@ def make_splits(seed: int, n_train: int = 20000, n_val: int = 256) -> tuple[list
 
 
 def write_jsonl(problems: list[SumProblem], path: Path) -> None:
-    with open(path, "w") as f:
-        for p in problems:
-            f.write(json.dumps(asdict(p), sort_keys=True) + "\n")
+    problems_io.write_jsonl(map(asdict, problems), path)
 
 
 def read_jsonl(path: Path) -> list[SumProblem]:
-    with open(path) as f:
-        return [SumProblem(**{k: row[k] for k in ("id", "data_source", "problem", "answer", "k")})
-                for row in map(json.loads, f) if row]
+    """The problems :func:`write_jsonl` wrote, k included (``load_problems`` keeps the common fields)."""
+    return [SumProblem(**{k: row[k] for k in ("id", "data_source", "problem", "answer", "k")})
+            for row in problems_io.read_jsonl(path)]

@@ -17,10 +17,12 @@ import shutil
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from launch.sft import SftConfig
+if TYPE_CHECKING:                 # the entry module imports this one (after parsing): annotations only
+    from launch.sft import SftConfig
 
 
 def tokenize_examples(rows: list[dict], tokenizer, cfg: SftConfig) -> tuple[list, int]:

@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every arm, e.g. data.eval_max_problems=64 (repeatable)")
     args = ap.parse_args(argv)
+    from launch.install_check import require_own_packages
+
+    require_own_packages()
     extra = tuple(x for kv in args.override for x in (f"--{kv.partition('=')[0]}", kv.partition("=")[2]))
 
     from launch.science.report import evaluate, figure_png, write_csv, write_html

@@ -19,6 +19,7 @@ kept from the preset: its mode, N_reuse and D_R/D_T. What changes, and why:
 from __future__ import annotations
 
 from launch.config import RunConfig, StageConfig
+from launch.presets import scale_batch
 
 SHAPES_RESPONSE_TOKENS = 512
 SHAPES_GROUP_SIZE = 4
@@ -27,10 +28,8 @@ SHAPES_STEPS = 3
 
 
 def scale_to_shapes(cfg: RunConfig) -> RunConfig:
-    batch = cfg.learner.batch
-    ratio = batch.rollout_batch // batch.mini_batch                 # D_R / D_T, kept (N_SGD with it)
-    rollout = max(SHAPES_ROLLOUT_BATCH, ratio)
-    shapes_batch = batch.model_copy(update=dict(rollout_batch=rollout, mini_batch=rollout // ratio))
+    batch = cfg.learner.batch                                       # D_R / D_T kept (N_SGD with it)
+    shapes_batch = scale_batch(batch, max(SHAPES_ROLLOUT_BATCH, batch.updates_per_pass))
     learner = cfg.learner.model_dump()
     learner.update(batch=shapes_batch.model_dump(), num_ranks=1, zero_stage=0, dtype="fp32", lr=1e-6,
                    warmup_steps=0, micro_batch_tokens=1024, gradient_checkpointing=True, checkpoint_every=0,

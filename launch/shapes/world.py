@@ -23,8 +23,9 @@ import itertools
 import json
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from launch.world_cache import World, default_cache_dir, ensure_built
 
 BUILD_VERSION = 1
 VOCAB_SIZE = 151_936            # Qwen2.5-0.5B's config.vocab_size
@@ -43,23 +44,6 @@ def qwen25_05b_config():
         sliding_window=32768, max_window_layers=24, attention_dropout=0.0, initializer_range=0.02,
         bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, dtype="bfloat16",
     )
-
-
-@dataclass(frozen=True)
-class ShapesWorld:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def train_path(self) -> Path:
-        return self.root / "data" / "train.jsonl"
-
-    @property
-    def manifest(self) -> dict:
-        return json.loads((self.root / "world.json").read_text())
 
 
 def built_vocab(size: int, seed: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
@@ -140,10 +124,8 @@ def _build(out: Path, seed: int, log) -> dict:
     return manifest
 
 
-def ensure_shapes_world(seed: int = 0, cache_dir: Path | None = None, log=print) -> ShapesWorld:
+def ensure_shapes_world(seed: int = 0, cache_dir: Path | None = None, log=print) -> World:
     """The cached world for ``seed``, built first if missing (~1 min, 1 GB on disk)."""
-    from launch.world_cache import default_cache_dir, ensure_built
-
     name = f"shapes-world-v{BUILD_VERSION}-s{seed}"
 
     def build(tmp: Path) -> dict:
@@ -153,7 +135,7 @@ def ensure_shapes_world(seed: int = 0, cache_dir: Path | None = None, log=print)
     root, manifest = ensure_built(name, build, cache_dir)
     if manifest is not None:
         log(f"[shapes] built in {manifest['build_seconds']}s")
-    return ShapesWorld(root)
+    return World(root)
 
 
 def main() -> None:

@@ -8,11 +8,11 @@ the seed, and validation problems never appear in the training split.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import asdict
 from pathlib import Path
 
+from rewards import problems as problems_io
 from rewards.problems import Problem as EvalProblem
 from rewards.problems import load_problems
 
@@ -48,9 +48,7 @@ def make_splits(seed: int, n_val: int = 256) -> tuple[list[Problem], list[Proble
 
 
 def write_jsonl(problems: list[Problem], path: Path) -> None:
-    with open(path, "w") as f:
-        for p in problems:
-            f.write(json.dumps(asdict(p), sort_keys=True) + "\n")
+    problems_io.write_jsonl(map(asdict, problems), path)
 
 
 def read_problems(path: Path) -> list[Problem]:

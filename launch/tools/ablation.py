@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="output directory (figure, CSV, runs/)")
     ap.add_argument("--prefix", default=None, help="run id prefix (default: abl-<date>-<time>)")
     args = ap.parse_args(argv)
+    from launch.install_check import require_own_packages
+
+    require_own_packages()
     from launch.presets import PRESETS
 
     unknown = [p for p in args.presets if p not in PRESETS]

@@ -229,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--labels", nargs="+", help="legend labels, one per run (default: run id (preset))")
     ap.add_argument("--out", type=Path, required=True, help="output directory")
     args = ap.parse_args(argv)
+    from launch.install_check import require_own_packages
+
+    require_own_packages()
 
     import matplotlib
 

@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stats_responses", action="store_true", help="include the sampled responses in --stats_out")
     ap.add_argument("--no_pass_rate", action="store_true", help="write the kept records without a pass_rate field")
     args = ap.parse_args(argv)
+    from launch.install_check import require_own_packages
+
+    require_own_packages()
     try:
         report = filter_difficulty(
             args.input, args.output, model_dir=args.model_dir, n=args.n, max_tokens=args.max_tokens,

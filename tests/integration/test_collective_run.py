@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -95,14 +94,7 @@ def test_collective_mismatch_as_small_as_the_object_store(collective_run, tmp_pa
 class CollectiveRun(DriverRun):
     """The on-policy tiny run against this test's redis-server (the fault tests' harness)."""
 
-    def __init__(self, tmp_path: Path, redis_url: str, run_id: str, args: list[str]):
-        from buffer import RunKeys, connect
-
-        self.keys, self.client, self.started = RunKeys(run_id), connect(redis_url), time.monotonic()
-        env = {**os.environ, "REDIS_URL": redis_url, "RAY_DEDUP_LOGS": "0"}
-        env.pop("RAY_ADDRESS", None)
-        DriverProcess.__init__(self, "onpolicy.py", run_dir=tmp_path / "runs", run_id=run_id, env=env,
-                               log_path=tmp_path / f"{run_id}.log", args=args)
+    SCRIPT, BASE_ARGS = "onpolicy.py", ()
 
 
 @pytest.mark.slow

@@ -79,7 +79,9 @@ def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> N
     for secret in ("config.json", "redis_url.txt", "redis.json", "redis/redis.conf"):   # hold (or may hold) the password
         assert (run_path / secret).stat().st_mode & 0o777 == 0o600, secret
     engine_logs = list((run_path / "logs").glob("lagrl-gen-*.log"))
-    assert engine_logs and "Reloading weights inplace" in engine_logs[0].read_text()
+    engine_log = engine_logs[0].read_text() if engine_logs else ""
+    # the engine's own log has the updates but not the two expected reload warnings (actors.engine_logs)
+    assert "Reloading weights inplace" in engine_log and "Failed to load weights" not in engine_log
 
 
 def test_offpolicy_reuse4_tiny_in_process(ray_local, tmp_path, tiny_world):

@@ -37,6 +37,10 @@ MONOTONE = ("prompts_issued", "prompts_deadlettered", "groups_written", "groups_
 class DriverRun(DriverProcess):
     """The driver as a subprocess (its own session, its own local Ray), watched through the buffer."""
 
+    SCRIPT = "offpolicy_reuse4.py"
+    BASE_ARGS = ("--tiny", "--actors.num_actors", "2", "--buffer.reclaim_idle_ms", str(RECLAIM_MS),
+                 "--data.eval_n", "1", "--data.eval_max_problems", "4", "--data.eval_every", "0")
+
     def __init__(self, tmp_path: Path, redis_url: str, run_id: str, args: list[str]):
         from buffer import RunKeys, connect
 
@@ -45,10 +49,8 @@ class DriverRun(DriverProcess):
         env = {**os.environ, "REDIS_URL": redis_url, "RAY_DEDUP_LOGS": "0"}
         env.pop("RAY_ADDRESS", None)
         self.started = time.monotonic()
-        super().__init__("offpolicy_reuse4.py", run_dir=tmp_path / "runs", run_id=run_id, env=env,
-                         log_path=tmp_path / f"{run_id}.log", args=[
-                             "--tiny", "--actors.num_actors", "2", "--buffer.reclaim_idle_ms", str(RECLAIM_MS),
-                             "--data.eval_n", "1", "--data.eval_max_problems", "4", "--data.eval_every", "0", *args])
+        super().__init__(self.SCRIPT, run_dir=tmp_path / "runs", run_id=run_id, env=env,
+                         log_path=tmp_path / f"{run_id}.log", args=[*self.BASE_ARGS, *args])
 
     def steps_done(self) -> int:
         return int(self.client.xlen(self.keys.metrics))
