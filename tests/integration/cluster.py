@@ -91,12 +91,24 @@ class Node:
         return out
 
     def kill(self) -> None:
-        """SIGKILL the node's whole process group: a machine that dies."""
+        """SIGKILL every process of the node at once: a machine that dies. The raylet starts its
+        workers (actors, their engine subprocesses) in process groups of their own, so the node's
+        group alone would leave them running, and a killed actor would go on answering its prompts."""
+        try:
+            procs = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            procs = []
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except psutil.NoSuchProcess:
+                pass
         self.proc.wait(30)
+        psutil.wait_procs(procs, timeout=30)
 
 
 @dataclass
