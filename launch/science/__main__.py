@@ -23,16 +23,11 @@ from launch.science.findings import FINDINGS, Finding, finding
 
 def _fair(findings: list[Finding], world: str | None, steps: int) -> dict[str, tuple[str, ...]]:
     """finding key -> overrides every arm gets: the comparison's one learning rate."""
-    from launch.cli import build_config
-    from launch.science.runner import spec_for
+    from launch.science.runner import config_of, spec_for
 
     out = {}
     for f in findings:
-        lrs = []
-        for arm in f.arms:
-            spec = spec_for(f, arm, 0, steps, world)
-            cfg, _ = build_config(spec.argv(Path("unused")), default_preset=arm.preset)
-            lrs.append(cfg.learner.lr)
+        lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
         out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)))
     return out
 
@@ -48,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
     ap.add_argument("--out", type=Path, default=Path("runs/science"))
     ap.add_argument("--report-only", action="store_true", help="no runs: the report from the runs in --out")
+    ap.add_argument("--jobs", type=int, default=None, help="runs side by side (default: 2 on the CPU worlds, "
+                    "where one run keeps about one core busy; 1 with --full)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every arm, e.g. data.eval_max_problems=64 (repeatable)")
     args = ap.parse_args(argv)
@@ -57,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = tuple(x for kv in args.override for x in (f"--{kv.partition('=')[0]}", kv.partition("=")[2]))
 
     from launch.science.report import evaluate, figure_png, write_csv, write_html
-    from launch.science.runner import read_rows, run_all, spec_for
+    from launch.science.runner import one_run_per_config, read_rows, run_all, spec_for
 
     chosen = list(FINDINGS) if args.findings == ["all"] else [finding(k) for k in args.findings]
     world_of = {f.key: None if args.full else (args.world or f.world) for f in chosen}
@@ -69,15 +66,18 @@ def main(argv: list[str] | None = None) -> int:
             fair.update(_fair([f], world_of[f.key], args.steps))
     fair_findings = [Finding(f.key, f.title, f.source, f.world, f.arms, f.checks, fair[f.key], f.notes, f.gpu)
                      for f in chosen]
-    specs = {(f.key, arm.name, seed): spec_for(f, arm, seed, args.steps, world_of[f.key])
-             for f in fair_findings for arm in f.arms for seed in range(args.seeds)}
+    specs = one_run_per_config({(f.key, arm.name, seed): spec_for(f, arm, seed, args.steps, world_of[f.key])
+                                for f in fair_findings for arm in f.arms for seed in range(args.seeds)})
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     if not args.report_only:
-        done = run_all(list(dict.fromkeys(specs.values())), args.out)
+        jobs = args.jobs or (1 if args.full else 2)
+        done = run_all(list(specs.values()), args.out, jobs)
         failed = {k: v["error"] for k, v in done.items() if v["error"]}
         if failed:
-            print(f"[science] {len(failed)} run(s) failed: {failed}", flush=True)
+            print(f"[science] {len(failed)} run(s) failed:", flush=True)
+            for key, error in failed.items():
+                print(f"[science] {key}: {error}", flush=True)
 
     results, figures = [], {}
     for f in fair_findings:

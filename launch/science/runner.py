@@ -1,22 +1,31 @@
 """Run every arm of the chosen findings with several seeds, one real run each, resumable.
 
-Runs go one after another in this process through the ordinary driver (``launch.run.driver.run``:
-Ray, vLLM, Redis and DeepSpeed as in any run), each in ``<out>/runs/<run key>``. An arm shared by
-several findings (the same preset, overrides, world and seed) runs once. A run whose
-``summary.json`` exists is done and is not run again, so an interrupted report continues where it
-stopped; a run that fails is recorded with its error and the others go on.
+Each run is the ordinary entry script (``launch/ablate.py``: Ray, vLLM, Redis and DeepSpeed as in
+any run) in a process of its own, writing to ``<out>/runs/<run key>`` and its console to
+``<out>/runs/<run key>.log``; ``jobs`` of them at a time. On 2 cores two runs side by side take
+little longer than one: a strict on-policy step alternates generation and training, so one run
+keeps about one core busy. Arms whose resolved configs are identical (the baseline under the names
+``reuse1_dr64_dt64``, ``temp_1``, ``entropy_adaptive``) run once per seed and serve every finding
+that names them. A run whose ``summary.json`` exists is done and is not run again, so an
+interrupted report continues where it stopped; a run that fails is recorded with its error and
+the log's tail, and the others go on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import time
-import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 from launch.science.findings import Arm, Finding
+
+ENTRY = Path(__file__).resolve().parents[1] / "ablate.py"
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,24 @@ def spec_for(finding: Finding, arm: Arm, seed: int, steps: int, world: str | Non
     return RunSpec(arm.preset, (*finding.overrides, *arm.overrides), world, seed, steps)
 
 
+def config_of(spec: RunSpec):
+    from launch.cli import build_config
+
+    cfg, _ = build_config(spec.argv(Path("unused")), default_preset=spec.preset)
+    return cfg
+
+
+def one_run_per_config(specs: dict) -> dict:
+    """The same mapping with every spec replaced by the first one whose resolved config is the same
+    (the preset's name, run id and directory aside): identical arms run once."""
+    first: dict[str, RunSpec] = {}
+    out = {}
+    for name, spec in specs.items():
+        cfg = config_of(spec).model_dump(mode="json", exclude={"preset", "run_id", "run_dir"})
+        out[name] = first.setdefault(json.dumps(cfg, sort_keys=True), spec)
+    return out
+
+
 def read_rows(run_path: Path) -> list[dict]:
     """A finished run's step rows plus its evaluation rows (from summary.json)."""
     from launch.run.summary import read_metrics
@@ -52,29 +79,43 @@ def read_rows(run_path: Path) -> list[dict]:
     return read_metrics(run_path / "metrics.jsonl") + list(summary.get("evals") or [])
 
 
-def run_all(specs: list[RunSpec], out: Path, log=print) -> dict[str, dict]:
-    """Run what is not done yet; returns run key -> {"path", "seconds", "error"}."""
-    from launch.cli import build_config
-    from launch.run.driver import run
+def _run_one(spec: RunSpec, runs_dir: Path) -> dict:
+    """One run as its own process; returns {"path", "seconds", "error"}."""
+    path, log_path = runs_dir / spec.key, runs_dir / f"{spec.key}.log"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        rc = subprocess.run([sys.executable, str(ENTRY), *spec.argv(runs_dir)], stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+    seconds = time.monotonic() - t0
+    if rc == 0 and (path / "summary.json").exists():
+        return {"path": str(path), "seconds": seconds, "error": None}
+    tail = log_path.read_text(errors="replace")[-2000:]
+    return {"path": str(path), "seconds": seconds, "error": f"exit {rc}; {log_path}:\n{tail}"}
 
+
+def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
+    """Run what is not done yet, ``jobs`` at a time; returns run key -> {"path", "seconds", "error"}."""
     runs_dir = out / "runs"
-    todo = {s.key: s for s in specs}
-    results = {}
-    for i, (key, spec) in enumerate(todo.items(), 1):
-        path = runs_dir / key
+    results, todo = {}, []
+    for spec in dict.fromkeys(specs):
+        path = runs_dir / spec.key
         if (path / "summary.json").exists():
-            results[key] = {"path": str(path), "seconds": json.loads((path / "summary.json").read_text())["seconds"],
-                            "error": None}
-            log(f"[science] {i}/{len(todo)} {key}: done before, kept")
-            continue
-        log(f"[science] {i}/{len(todo)} {key}: {' '.join(spec.argv(runs_dir))}")
-        t0 = time.monotonic()
-        try:
-            cfg, _ = build_config(spec.argv(runs_dir), default_preset=spec.preset)
-            run(cfg)
-            results[key] = {"path": str(path), "seconds": time.monotonic() - t0, "error": None}
-        except Exception as exc:            # one failed arm must not lose the others: it is reported
-            results[key] = {"path": str(path), "seconds": time.monotonic() - t0,
-                            "error": f"{type(exc).__name__}: {exc}"}
-            log(f"[science] {key} failed: {results[key]['error']}\n{traceback.format_exc(limit=5)}")
+            results[spec.key] = {"path": str(path), "error": None,
+                                 "seconds": json.loads((path / "summary.json").read_text())["seconds"]}
+        else:
+            todo.append(spec)
+    print(f"[science] {len(results)} of {len(results) + len(todo)} runs done before, kept; {len(todo)} to run, "
+        f"{jobs} at a time (each run's console: {runs_dir}/<run>.log)", flush=True)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        running = {pool.submit(_run_one, spec, runs_dir): spec for spec in todo}
+        for i, done in enumerate(as_completed(running), 1):
+            spec, result = running[done], done.result()
+            results[spec.key] = result
+            elapsed = time.monotonic() - t0
+            eta = elapsed / i * (len(todo) - i)
+            state = "done" if result["error"] is None else f"FAILED ({result['error'].splitlines()[0]})"
+            print(f"[science] {i}/{len(todo)} {spec.key} {state} in {result['seconds']:.0f} s "
+                f"({elapsed / 60:.1f} min so far, ETA {eta / 60:.1f} min)", flush=True)
     return results
