@@ -218,8 +218,8 @@ class GuardConfig(_Config):
     entropy_floor_target_frac: float | None = Field(
         0.5, gt=0, le=1, description="Floor = this fraction of the adaptive entropy target (0.5 x 0.2 "
         "= 0.1 nats for Skywork-OR1's target); off when the run has no target.")
-    start_steps: int = Field(3, ge=1, description="Starting entropy = mean entropy/mean of the first "
-                             "this many observed steps.")
+    start_steps: int = Field(3, ge=1, description="Starting entropy (and clip fraction) = mean of "
+                             "the first this many observed steps.")
     slope_window: int = Field(20, ge=3, description="Steps in the least-squares entropy slope.")
     slope_max_drop_frac: float | None = Field(
         0.01, gt=0, description="Fires when the entropy slope over the window is below -this x the "
@@ -235,8 +235,14 @@ class GuardConfig(_Config):
         "mismatch/start_kl_k3, the step's first update, before the learner moved, is that KL; the "
         "step mean mismatch/kl_k3 also holds the learner's own movement over N_SGD updates).")
     clip_frac_max: float | None = Field(
-        0.05, gt=0, le=1, description="Fires when the clipped-token fraction exceeds this (LLM GRPO "
-        "runs clip well under 1% of tokens with one update per batch; 5% is a judgment call).")
+        0.05, gt=0, le=1, description="The clip rule fires when the clipped-token fraction exceeds "
+        "max(this, clip_frac_growth x the run's starting clip fraction); None turns the rule off. "
+        "(LLM GRPO runs clip well under 1% of tokens with one update per batch; 5% is a judgment call.)")
+    clip_frac_growth: float | None = Field(
+        2.0, gt=1, description="Relative part of the clip rule: the run's own starting clip fraction "
+        "(mean of its first start_steps steps) times this; None = the absolute clip_frac_max alone. "
+        "Reuse-4 clips 5-6% of tokens from its first, healthy steps: a rising clip fraction, not its "
+        "designed level, is the alarm.")
     clip_key: Literal["clip/frac", "clip/high_frac", "clip/low_frac"] = Field(
         "clip/frac", description="Which clip fraction the clip rule reads (learner.lag.ratio_stats).")
     persist_steps: int = Field(

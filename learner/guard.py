@@ -22,7 +22,8 @@ The guard knows nothing of engines, feeders or buffers: the learner applies the 
 groups sampled beyond the new lag bound), writes ``Decision.metrics`` into the step's metrics row,
 prints ``event.message()``, and puts ``event.to_dict()`` in the metrics stream and the summary.
 ``state_dict`` / ``load_state_dict`` carry everything (JSON-safe) so a resumed learner continues
-in the same mode, with the same hold, streak, starting entropy, window and event log.
+in the same mode, with the same hold, streak, starting entropy and clip fraction, window and
+event log.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from learner.config import GuardConfig
 from learner.guard_rules import ENTROPY_KEY, RULES, Baseline, Fired, evaluate, value
 
 Mode = Literal["off_policy", "on_policy"]
-_STATE_VERSION = 1
+_STATE_VERSION = 2          # 2: start_clip_samples (version-1 states load with none)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Guard:
         self.on_policy_steps = 0          # steps trained on-policy since the last fallback
         self.quiet_steps = 0              # consecutive steps with no rule condition (persistence 1)
         self.start_samples: list[float] = []
+        self.start_clip_samples: list[float] = []   # off-policy steps only: the level the run is built for
         self.history: deque[dict[str, float]] = deque(maxlen=self._window())
         self.events: list[GuardEvent] = []
 
@@ -105,8 +107,15 @@ class Guard:
         return math.fsum(self.start_samples) / len(self.start_samples)
 
     @property
+    def start_clip(self) -> float | None:
+        """Mean clip fraction of the first ``start_steps`` off-policy steps; None until that many."""
+        if len(self.start_clip_samples) < self.cfg.start_steps:
+            return None
+        return math.fsum(self.start_clip_samples) / len(self.start_clip_samples)
+
+    @property
     def baseline(self) -> Baseline:
-        return Baseline(self.start_entropy, self.entropy_target)
+        return Baseline(self.start_entropy, self.entropy_target, self.start_clip)
 
     def _watched(self, row: Mapping[str, Any]) -> dict[str, float]:
         keys = (ENTROPY_KEY, "entropy/coef", self.cfg.clip_key, *self.cfg.mismatch_keys)
@@ -125,6 +134,9 @@ class Guard:
         self.steps_seen += 1
         if ENTROPY_KEY in row and len(self.start_samples) < self.cfg.start_steps:
             self.start_samples.append(row[ENTROPY_KEY])
+        clip = row.get(self.cfg.clip_key)
+        if self.mode == "off_policy" and clip is not None and len(self.start_clip_samples) < self.cfg.start_steps:
+            self.start_clip_samples.append(clip)
         self.history.append(row)
         history, base = list(self.history), self.baseline
 
@@ -150,6 +162,8 @@ class Guard:
             values["entropy/start"] = self.start_entropy
         if self.entropy_target is not None:
             values["entropy/target"] = self.entropy_target
+        if self.start_clip is not None:
+            values[f"{self.cfg.clip_key}/start"] = self.start_clip
         event = GuardEvent(step, kind, self.mode, to_mode, fired, values, reason)
         self.mode, self.on_policy_steps = to_mode, 0
         self.events.append(event)
@@ -175,20 +189,22 @@ class Guard:
     def state_dict(self) -> dict[str, Any]:
         return {"version": _STATE_VERSION, "mode": self.mode, "steps_seen": self.steps_seen,
                 "on_policy_steps": self.on_policy_steps, "quiet_steps": self.quiet_steps,
-                "start_samples": list(self.start_samples), "history": [dict(r) for r in self.history],
+                "start_samples": list(self.start_samples), "start_clip_samples": list(self.start_clip_samples),
+                "history": [dict(r) for r in self.history],
                 "events": [e.to_dict() for e in self.events]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         expected = {"version", "mode", "steps_seen", "on_policy_steps", "quiet_steps", "start_samples",
-                    "history", "events"}
+                    "history", "events"} | ({"start_clip_samples"} if state.get("version") != 1 else set())
         if set(state) != expected:
             raise ValueError(f"guard state needs {sorted(expected)}; got {sorted(state)}")
-        if state["version"] != _STATE_VERSION or state["mode"] not in ("off_policy", "on_policy"):
+        if state["version"] not in (1, _STATE_VERSION) or state["mode"] not in ("off_policy", "on_policy"):
             raise ValueError(f"unknown guard state version {state['version']} / mode {state['mode']!r}")
         self.mode = state["mode"]
         self.steps_seen, self.on_policy_steps = int(state["steps_seen"]), int(state["on_policy_steps"])
         self.quiet_steps = int(state["quiet_steps"])
         self.start_samples = [float(v) for v in state["start_samples"]]
+        self.start_clip_samples = [float(v) for v in state.get("start_clip_samples", ())]
         self.history = deque(({k: float(v) for k, v in r.items()} for r in state["history"]),
                              maxlen=self._window())
         self.events = [GuardEvent.from_dict(e) for e in state["events"]]

@@ -34,9 +34,15 @@ Rules and defaults (``GuardConfig``; set a threshold to None to turn its rule of
   prime-rl asks a new model implementation for a mean mismatch KL < 0.015 (docs/development.md)
   and names a sustained, growing mismatch KL as the early sign of off-policy collapse
   (docs/training.md).
-* ``clip_frac``: fraction of clipped tokens above 0.05 on each of the last ``persist_steps``
-  steps. LLM GRPO/DAPO runs with one or a few updates per batch clip well under 1% of tokens;
-  5% means a twentieth of the batch gives no gradient. Judgment call.
+* ``clip_frac``: fraction of clipped tokens above max(0.05, 2 x the run's starting clip
+  fraction) on each of the last ``persist_steps`` steps; quiet until the starting level is
+  known (the first ``start_steps`` steps). A run's clip fraction is set first by how off-policy
+  it is by design: 16 updates per rollout batch (reuse-4) clip 5-6% of tokens from the first
+  steps while entropy is healthy, one update per batch well under 1%. What Skywork-OR1 ties to
+  collapse is the clip fraction *rising* as the policy sharpens and its updates move the ratios
+  further, so the rule compares the run with its own start (as the entropy floor does); 0.05,
+  a twentieth of the batch without gradient, is the least it fires at. The factor 2 is a
+  judgment call: within one run, step-to-step clip fractions vary by a few tenths of their level.
 
 In strict on-policy mode (the guard's fallback) the learner trains every sample at lag 0 with
 one update per batch, so the mismatch and clip rules are nearly always quiet there by
@@ -56,10 +62,12 @@ ENTROPY_KEY = "entropy/mean"
 
 @dataclass(frozen=True)
 class Baseline:
-    """Reference levels: the run's starting entropy (None until known) and the entropy target."""
+    """Reference levels: the run's starting entropy and clip fraction (None until known) and the
+    entropy target."""
 
     start_entropy: float | None = None
     entropy_target: float | None = None
+    start_clip: float | None = None
 
 
 @dataclass(frozen=True)
@@ -175,9 +183,25 @@ def mismatch_kl_rule(history, cfg: GuardConfig, base: Baseline, persist: int | N
     return _level_above(history, key, cfg.mismatch_kl_max, persist or cfg.persist_steps, "mismatch_kl")
 
 
+def clip_limit(cfg: GuardConfig, base: Baseline) -> float | None:
+    """max(clip_frac_max, clip_frac_growth x the starting clip fraction); None while either rule
+    part that is on still lacks its number (the growth part before the start is known)."""
+    if cfg.clip_frac_max is None:
+        return None
+    if cfg.clip_frac_growth is None:
+        return cfg.clip_frac_max
+    if base.start_clip is None:
+        return None
+    return max(cfg.clip_frac_max, cfg.clip_frac_growth * base.start_clip)
+
+
 def clip_frac_rule(history, cfg: GuardConfig, base: Baseline, persist: int | None = None) -> Fired | None:
-    """Clip fraction (``cfg.clip_key``) > clip_frac_max (strict >)."""
-    return _level_above(history, cfg.clip_key, cfg.clip_frac_max, persist or cfg.persist_steps, "clip_frac")
+    """Clip fraction (``cfg.clip_key``) > clip_limit (strict >)."""
+    fired = _level_above(history, cfg.clip_key, clip_limit(cfg, base), persist or cfg.persist_steps, "clip_frac")
+    if fired is None or base.start_clip is None:
+        return fired
+    return Fired(fired.rule, {**fired.values, f"{cfg.clip_key}/start": base.start_clip}, fired.thresholds,
+                 f"{fired.message} (start {base.start_clip:.4g})")
 
 
 RULES: dict[str, Rule] = {

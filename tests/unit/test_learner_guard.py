@@ -16,6 +16,7 @@ from learner.guard_rules import (
     RULES,
     Baseline,
     clip_frac_rule,
+    clip_limit,
     entropy_floor_rule,
     entropy_floors,
     entropy_slope_rule,
@@ -115,15 +116,44 @@ def test_mismatch_kl_boundary_persistence_and_key_preference():
 
 
 def test_clip_frac_boundary_and_key():
-    cfg = _cfg(clip_frac_max=0.0625, persist_steps=1, clip_key="clip/high_frac")
+    cfg = _cfg(clip_frac_max=0.0625, clip_frac_growth=None, persist_steps=1, clip_key="clip/high_frac")
     base = Baseline()
     assert clip_frac_rule([{"clip/high_frac": 0.0625}], cfg, base) is None
     assert clip_frac_rule([{"clip/high_frac": 0.07, "clip/frac": 0.0}], cfg, base).rule == "clip_frac"
     assert clip_frac_rule([{"clip/frac": 0.9}], cfg, base) is None       # reads only its key
 
 
+def test_clip_frac_relative_to_the_runs_start():
+    cfg = _cfg(clip_frac_max=0.0625, clip_frac_growth=2.0, persist_steps=2)
+    # limit = max(0.0625, 2 x start): a reuse run that starts at 0.125 may clip up to 0.25 ...
+    assert clip_limit(cfg, Baseline(start_clip=0.125)) == 0.25
+    assert clip_frac_rule([{"clip/frac": 0.25}] * 2, cfg, Baseline(start_clip=0.125)) is None
+    fired = clip_frac_rule([{"clip/frac": 0.375}] * 2, cfg, Baseline(start_clip=0.125))
+    assert fired.thresholds == {"clip/frac": 0.25} and fired.values == {"clip/frac": 0.375, "clip/frac/start": 0.125}
+    assert "(start 0.125)" in fired.message
+    # ... one that starts near 0 fires above the absolute floor
+    assert clip_limit(cfg, Baseline(start_clip=0.0)) == 0.0625
+    assert clip_frac_rule([{"clip/frac": 0.07}] * 2, cfg, Baseline(start_clip=0.0)).rule == "clip_frac"
+    # quiet while the start is unknown; off with clip_frac_max None
+    assert clip_limit(cfg, Baseline()) is None and clip_frac_rule([{"clip/frac": 0.9}] * 2, cfg, Baseline()) is None
+    assert clip_limit(_cfg(clip_frac_max=None, clip_frac_growth=2.0, mismatch_kl_max=0.125),
+                      Baseline(start_clip=0.5)) is None
+
+
+def test_guard_takes_the_clip_start_from_its_off_policy_steps_only():
+    g = Guard(_cfg(mismatch_kl_max=0.125, clip_frac_max=0.0625, persist_steps=1, start_steps=2, hold_steps=1,
+                   recover_quiet_steps=1))
+    bad_kl = {"mismatch/kl_k3": 0.25, "clip/frac": 0.0}
+    assert g.observe({"clip/frac": 0.125}).mode == "off_policy"
+    assert g.observe(bad_kl).mode == "on_policy"        # fallback; start clip = (0.125 + 0) / 2
+    assert g.start_clip == 0.0625
+    g.observe({"clip/frac": 0.0})                        # on-policy step: not a start sample
+    assert g.start_clip_samples == [0.125, 0.0]
+    assert g.baseline == Baseline(None, None, 0.0625)
+
+
 def test_evaluate_reports_every_firing_rule_in_order():
-    cfg = _cfg(entropy_floor=0.5, mismatch_kl_max=0.01, clip_frac_max=0.01, persist_steps=1)
+    cfg = _cfg(entropy_floor=0.5, mismatch_kl_max=0.01, clip_frac_max=0.01, clip_frac_growth=None, persist_steps=1)
     row = {"entropy/mean": 0.25, "mismatch/kl_k3": 0.5, "clip/frac": 0.5}
     assert [f.rule for f in evaluate([row], cfg, Baseline())] == ["entropy_floor", "mismatch_kl", "clip_frac"]
     assert evaluate([{"entropy/mean": 1.0, "mismatch/kl_k3": 0.0, "clip/frac": 0.0}], cfg, Baseline()) == []
@@ -234,6 +264,15 @@ def test_state_round_trip_resumes_identically():
     assert GuardEvent.from_dict(a.events[0].to_dict()) == a.events[0]
 
 
+def test_version_1_state_loads_without_clip_samples():
+    g = _guard()
+    g.observe(GOOD)
+    old = {k: v for k, v in g.state_dict().items() if k != "start_clip_samples"} | {"version": 1}
+    h = _guard()
+    h.load_state_dict(old)
+    assert h.start_clip_samples == [] and h.start_samples == g.start_samples
+
+
 def test_load_state_dict_rejects_foreign_state():
     g = _guard()
     with pytest.raises(ValueError, match="guard state"):
@@ -250,10 +289,11 @@ def test_guard_config_validation_and_docs():
         GuardConfig(enabled=True, **OFF)
     GuardConfig(enabled=False, **OFF)                                    # off: allowed
     for bad in ({"hold_steps": 0}, {"slope_window": 2}, {"clip_frac_max": 1.5},
-                {"entropy_floor_start_frac": 1.0}, {"mismatch_keys": ()}, {"clip_key": "clip/dual_frac"}):
+                {"entropy_floor_start_frac": 1.0}, {"mismatch_keys": ()}, {"clip_key": "clip/dual_frac"},
+                {"clip_frac_growth": 1.0}):
         with pytest.raises(ValidationError):
             GuardConfig(**bad)
     d = GuardConfig()
-    assert (d.enabled, d.entropy_floor_target_frac, d.slope_window, d.mismatch_kl_max, d.clip_frac_max) == \
-        (False, 0.5, 20, 0.02, 0.05)
+    assert (d.enabled, d.entropy_floor_target_frac, d.slope_window, d.mismatch_kl_max, d.clip_frac_max,
+            d.clip_frac_growth) == (False, 0.5, 20, 0.02, 0.05, 2.0)
     assert math.isclose(0.2 - math.log(1.2), 0.0177, abs_tol=1e-4)      # the mismatch anchor in the docs
