@@ -20,6 +20,9 @@ What crosses from the program: plain data of exact builtin types (rewards/_sandb
 called, indexed, iterated, measured with len(), turned into str/repr/bool, and its attributes read,
 one request each; it equals only itself and has no arithmetic or ordering, so an object whose
 `__eq__` always says True stays in the program's process, where no assertion ever asks it.
+A StopIteration or StopAsyncIteration the program raises reaches the test as a RuntimeError (PEP 479's
+rule), so it cannot end the test's own loop (`all(map(lambda x: f(x) == x * x, xs))` would be vacuously
+true); only the protocol's end of iteration, StopIteration from a `next` request, stays one.
 Containers the test passes in (list, dict, set) come back after each call and are updated in place;
 test-side functions and objects cannot be passed (the test fails); a plain-data global of the program
 is a copy taken when the test starts. Residual: a test that judges with a function the *program*
@@ -116,7 +119,8 @@ class _Client:
         self.fd, self.max_bytes, self.wire = fd, max_bytes, wire
         self.remotes: dict[int, Remote] = {}
 
-    def receive(self):
+    def receive(self, op: str = ""):
+        """The next reply; the program's exception, raised here, if it holds one (`op`: the request)."""
         try:
             reply = self.wire.recv(self.fd, self.max_bytes)
         except self.wire.ChannelClosed:
@@ -124,7 +128,7 @@ class _Client:
         if type(reply) is not dict:
             raise ProgramError("malformed reply from the program's process")
         if "exc" in reply:
-            raise _exception(reply)
+            raise _exception(reply, end_of_iteration=op == "next")
         return reply
 
     def request(self, op: str, *args):
@@ -143,7 +147,7 @@ class _Client:
             self.wire.send(self.fd, message)
         except self.wire.ChannelClosed:
             raise ProgramExited("the program's process exited before the test finished") from None
-        return self.receive()
+        return self.receive(message[0])
 
     def remote(self, tag: dict):
         if "m" in tag:
@@ -178,10 +182,18 @@ def _refill(container, new) -> None:
         container.update(new)
 
 
-def _exception(reply: dict) -> BaseException:
+_ITERATION_ENDS = ("StopIteration", "StopAsyncIteration")
+
+
+def _exception(reply: dict, end_of_iteration: bool = False) -> BaseException:
+    """The judge-side exception for the program's. StopIteration is passed through only as the answer
+    to a `next` request (`end_of_iteration`); anywhere else it, and StopAsyncIteration, would end a loop
+    of the test's that happens to be running (map, all, `async for`): a RuntimeError, as PEP 479 does."""
     name, message = str(reply.get("exc"))[:80], str(reply.get("msg", ""))[:500]
     if name == "SystemExit":
         return ProgramExited("SystemExit before the test finished")
+    if name in _ITERATION_ENDS and not (end_of_iteration and name == "StopIteration"):
+        return RuntimeError(f"the program raised {name} ({message})" if message else f"the program raised {name}")
     cls = _BUILTIN_EXCEPTIONS.get(name)
     if cls is not None:
         try:

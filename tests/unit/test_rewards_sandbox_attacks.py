@@ -311,6 +311,81 @@ def test_assert_verdicts_cannot_be_forged(attack, spec):
     assert r.reward == 0.0 and r.reason != "correct", r
 
 
+# The iterator protocol across the channel: a StopIteration (or StopAsyncIteration) the program raises
+# must not end the *test's* loop, as it would inside map()/all() or an `async for` (PEP 479's rule: it
+# becomes a RuntimeError), and an object of the program with lying dunders is asked nothing it could
+# lie about (it equals only itself, hashes by identity, has no ordering or number conversions).
+ASYNC_SQUARES = """
+import asyncio
+class Squares:
+    def __init__(self):
+        self.xs = [2, 3, 4]
+    def __aiter__(self):
+        return self
+    async def __anext__(self):
+        if not self.xs:
+            raise StopAsyncIteration
+        x = self.xs.pop()
+        return f(x) == x * x
+async def main():
+    return [ok async for ok in Squares()]
+assert all(asyncio.run(main()))
+"""
+BOX = "class Box:\n    {}\ndef f(x):\n    return Box()"
+LIAR = """
+class Four:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __hash__(self): return hash(4)
+    def __lt__(self, other): return False
+    __gt__ = __le__ = __ge__ = lambda self, other: True
+    def __index__(self): return 4
+    __int__ = __index__
+    def __float__(self): return 4.0
+def f(x):
+    return Four()"""
+PROTOCOL_FORGERIES = {  # name: (program, asserts), every program wrong
+    "stopiteration-ends-map": ("def f(x):\n    raise StopIteration",
+                               ["assert all(map(lambda x: f(x) == x * x, [2, 3, 4]))"]),
+    "stopiteration-empties-list": ("def f(x):\n    raise StopIteration", ["assert list(map(f, [2, 3])) == []"]),
+    "stopasynciteration-ends-async-for": ("def f(x):\n    raise StopAsyncIteration", [ASYNC_SQUARES]),
+    "iter-raises-stopiteration": (BOX.format("def __iter__(self):\n        raise StopIteration"),
+                                  ["assert all(map(lambda x: list(f(x)) == [x * x], [2, 3]))"]),
+    "len-raises-stopiteration": (BOX.format("def __len__(self):\n        raise StopIteration"),
+                                 ["assert all(map(lambda x: len(f(x)) == x, [2, 3]))"]),
+    "bool-raises-stopiteration": (BOX.format("def __bool__(self):\n        raise StopIteration"),
+                                  ["assert all(map(lambda x: not f(x), [2, 3]))"]),
+    "str-raises-stopiteration": (BOX.format("def __str__(self):\n        raise StopIteration"),
+                                 ["assert all(map(lambda x: str(f(x)) == str(x * x), [2, 3]))"]),
+    "attribute-raises-stopiteration": (BOX.format("@property\n    def val(self):\n        raise StopIteration"),
+                                       ["assert all(map(lambda x: f(x).val == x * x, [2, 3]))"]),
+    "getitem-raises-stopiteration": (BOX.format("def __getitem__(self, i):\n        raise StopIteration"),
+                                     ["assert all(map(lambda x: f(x)[0] == x * x, [2, 3]))"]),
+    "next-raises-stopasynciteration": (BOX.format("def __iter__(self):\n        return self\n"
+                                                  "    def __next__(self):\n        raise StopAsyncIteration"),
+                                       ["assert all(map(lambda x: list(f(x)) == [x * x], [2, 3]))"]),
+    "lying-dunders": (LIAR, ["assert f(2) in {4}", "assert {f(2): 'ok'}.get(4) == 'ok'", "assert 4 in [f(2)]",
+                             "assert [f(2)].count(4) == 1", "assert not (f(2) != 4)", "assert 4 <= f(2) <= 4",
+                             "assert int(f(2)) == 4", "assert float(f(2)) == 4.0", "assert [0, 1, 2, 3, 4][f(2)] == 4",
+                             "assert sorted([f(2), 1])[1] == 4"]),
+}
+
+
+@pytest.mark.parametrize("attack", list(PROTOCOL_FORGERIES))
+def test_iterator_protocol_cannot_forge_a_pass(attack):
+    program, asserts = PROTOCOL_FORGERIES[attack]
+    r = score_code(block(program), json.dumps({"asserts": asserts}), CFG)
+    assert r.reward == 0.0 and r.reason != "correct", r
+
+
+def test_a_programs_own_iterators_still_end_normally():
+    """The protocol's own end of iteration (a program iterator that is exhausted) still ends the test's loop."""
+    program = "def f(n):\n    yield from range(n)\nclass Count:\n    def __iter__(self):\n        return iter([1, 2])"
+    asserts = ["assert list(f(3)) == [0, 1, 2] and [x for x in Count()] == [1, 2] and next(f(0), 'end') == 'end'",
+               "it = f(1)\nassert next(it) == 0\ntry:\n    next(it)\n    assert False\nexcept StopIteration:\n    pass"]
+    assert score_code(block(program), json.dumps({"asserts": asserts}), CFG).reason == "correct"
+
+
 # --- namespaces and other kernel surface ---------------------------------------------------------------
 PROBE = """
 import ctypes, os
