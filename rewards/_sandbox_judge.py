@@ -23,6 +23,9 @@ one request each; it equals only itself and has no arithmetic or ordering, so an
 A StopIteration or StopAsyncIteration the program raises reaches the test as a RuntimeError (PEP 479's
 rule), so it cannot end the test's own loop (`all(map(lambda x: f(x) == x * x, xs))` would be vacuously
 true); only the protocol's end of iteration, StopIteration from a `next` request, stays one.
+A module of the program crosses by name and the test gets the judge's own copy, but only of a module
+the judge has already loaded or a few pure stdlib ones (_IMPORTABLE): the program chooses the name, and
+whatever the judge imports runs as the judge, beside the verdict channel.
 Containers the test passes in (list, dict, set) come back after each call and are updated in place;
 test-side functions and objects cannot be passed (the test fails); a plain-data global of the program
 is a copy taken when the test starts. Residual: a test that judges with a function the *program*
@@ -33,6 +36,7 @@ import builtins
 import importlib
 import json
 import os
+import sys
 
 _NOT_PASSED_THROUGH = (SystemExit, KeyboardInterrupt, GeneratorExit, BaseExceptionGroup)
 _BUILTIN_EXCEPTIONS = {name: obj for name, obj in vars(builtins).items()
@@ -151,7 +155,7 @@ class _Client:
 
     def remote(self, tag: dict):
         if "m" in tag:
-            return importlib.import_module(str(tag["m"]))
+            return _module(str(tag["m"]))
         ident = tag["h"]
         if type(ident) is not int:
             raise ProgramError("malformed object reference from the program's process")
@@ -170,6 +174,23 @@ class _Client:
 
 
 _CONTAINERS = (list, dict, set)
+# Modules the judge imports when the program passes one it has not loaded (a test using the program's
+# `import fractions as fr`): standard-library computation with no side effects on import.
+_IMPORTABLE = frozenset({"array", "bisect", "cmath", "collections", "collections.abc", "copy", "datetime",
+                         "decimal", "enum", "fractions", "functools", "heapq", "itertools", "json", "math",
+                         "numbers", "operator", "random", "re", "statistics", "string", "textwrap", "typing",
+                         "unicodedata"})
+
+
+def _module(name: str):
+    """The judge's copy of the module the program named: one already loaded here (the prelude's and
+    what they pulled in) or one of _IMPORTABLE; never an import on the program's say-so."""
+    module = None if name.startswith("_") else sys.modules.get(name)
+    if module is None and name in _IMPORTABLE:
+        module = importlib.import_module(name)
+    if module is None:
+        raise ProgramError(f"the program passed module {name[:80]!r}, which the judge does not load")
+    return module
 
 
 def _refill(container, new) -> None:

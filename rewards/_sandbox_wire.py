@@ -11,7 +11,7 @@ frame size are capped. Encoding, JSON value -> Python value:
     {"d": [[k, v], ...]}           dict                 {"b": "hex"} bytes    {"c": [re, im]} complex
     {"i": "hex"}                   int beyond 2**53 (no str-conversion digit limit on either side)
     {"h": n, "type": name}         an object that stays in the program's process (see the judge)
-    {"m": name}                    a module (the judge imports its own copy)
+    {"m": name}                    a module (the judge uses its own copy, see _sandbox_judge._module)
 """
 
 import json

@@ -378,6 +378,21 @@ def test_iterator_protocol_cannot_forge_a_pass(attack):
     assert r.reward == 0.0 and r.reason != "correct", r
 
 
+def test_judge_imports_no_module_the_program_names():
+    """A module crosses the channel by name and the judge uses its own copy. The program chooses the
+    name (a ModuleType it made itself), so the judge must not import it: imported code would run as the
+    judge, beside the verdict channel. `this` shows whether it did: importing it prints the Zen of Python
+    to the judge's stdout, which is the test's stderr (flushed by the test code: names are resolved first)."""
+    r = run_tests(src("""
+        import types
+        this = types.ModuleType("this")
+        def f(x):
+            return x * x
+    """), [CodeTest("assert", code="import sys\nsys.stdout.flush()\nassert f(2) == 4 and this is not None")], LIMITS)[0]
+    assert "Beautiful is better than ugly" not in r.stderr, r
+    assert not r.success and "this" in r.error, r
+
+
 def test_a_programs_own_iterators_still_end_normally():
     """The protocol's own end of iteration (a program iterator that is exhausted) still ends the test's loop."""
     program = "def f(n):\n    yield from range(n)\nclass Count:\n    def __iter__(self):\n        return iter([1, 2])"
