@@ -54,8 +54,10 @@ def _write(path: str, name: str, value: str) -> None:
         f.write(value)
 
 
-def _read(path: str, name: str) -> str:
-    with open(os.path.join(path, name), encoding="ascii") as f:
+def _read(path: str, name: str, dir_fd: int | None = None) -> str:
+    """`path`/`name`, or `name` relative to the directory descriptor `dir_fd` when one is given."""
+    opener = None if dir_fd is None else (lambda file, flags: os.open(file, flags, dir_fd=dir_fd))
+    with open(name if dir_fd is not None else os.path.join(path, name), encoding="ascii", opener=opener) as f:
         return f.read()
 
 
@@ -93,14 +95,15 @@ def adopt(path: str, pid: int) -> bool:
         return False
 
 
-def counters(path: str) -> tuple[int, int]:
+def counters(path: str, dir_fd: int | None = None) -> tuple[int, int]:
     """(times usage hit the limit, OOM kills) since the cgroup was made; a test reads them before and
-    after. Some kernels keep the first at 0 (v1 here does): an OOM kill is the signal that always counts."""
+    after. Some kernels keep the first at 0 (v1 here does): an OOM kill is the signal that always counts.
+    `dir_fd`: the cgroup's directory opened earlier (the sandbox's init reads it from a root without /sys)."""
     if _is_v1(path):
-        hits = int(_read(path, "memory.failcnt"))
-        fields = dict(line.split() for line in _read(path, "memory.oom_control").splitlines() if line.strip())
+        hits = int(_read(path, "memory.failcnt", dir_fd))
+        fields = dict(line.split() for line in _read(path, "memory.oom_control", dir_fd).splitlines() if line.strip())
     else:
-        fields = dict(line.split() for line in _read(path, "memory.events").splitlines() if line.strip())
+        fields = dict(line.split() for line in _read(path, "memory.events", dir_fd).splitlines() if line.strip())
         hits = int(fields.get("max", 0))
     return hits, int(fields.get("oom_kill", 0))
 

@@ -111,7 +111,7 @@ def _read_capped(path: str, cap: int, tail: bool = False) -> tuple[str, bool]:
 
 
 class _Siblings:
-    """The modules loaded by path before the mounts (a checkout under /tmp is hidden afterwards); the
+    """The modules loaded by path before the mounts (the checkout is out of the program's root afterwards); the
     judge's two only when the job has assert tests."""
 
     def __init__(self, judged: bool):
@@ -129,7 +129,7 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     stdin = os.open(paths["in"], os.O_RDONLY)
     out, err, val = (os.open(paths[n], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for n in ("out", "err", "val"))
     nonce = secrets.token_hex(16)
-    before = mods.cgroup.counters(job["cgroup"]) if job["cgroup"] else (0, 0)
+    before = mods.cgroup.counters(job["cgroup"], job["cgroup_fd"]) if job["cgroup"] else (0, 0)
     sys.stdout.flush()
     start = time.monotonic()
     judge = None
@@ -157,7 +157,7 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     _, status = os.waitpid(main, 0)  # the main process first: its status is the test's
     statuses.insert(0, status)
     _kill_everything(is_pid1, job["uid"])
-    after = mods.cgroup.counters(job["cgroup"]) if job["cgroup"] else (0, 0)
+    after = mods.cgroup.counters(job["cgroup"], job["cgroup_fd"]) if job["cgroup"] else (0, 0)
     cap = job["max_output_bytes"]
     stdout, out_trunc = _read_capped(paths["out"], cap)
     stderr, _ = _read_capped(paths["err"], STDERR_TAIL, tail=True)  # diagnostics: the traceback end
@@ -237,8 +237,11 @@ def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int
 
 def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: int) -> None:
     fs = mods.fs
+    # The cgroup's counters are read through a descriptor: the private root has no /sys.
+    job["cgroup_fd"] = os.open(job["cgroup"], os.O_RDONLY | os.O_DIRECTORY) if job["cgroup"] else None
     if "mount" in isolation:
         work, cap = fs.private_fs(job)
+        isolation = isolation + ["rootfs"]
     else:
         work, cap = fs.layout(job["base"], job["uid"])
         if job["uid"] is not None and not all(fs.reachable_by_others(p) for p in fs.python_paths()):

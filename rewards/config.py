@@ -67,6 +67,12 @@ class RewardConfig(BaseModel):
         "serialised return value (bytes); writes past it fail inside the sandbox (RLIMIT_FSIZE), so "
         "the host never buffers more (stderr keeps only its last 8 KiB). Worst-case host memory per "
         "response is about code_max_tests * max_output_bytes.")
+    code_hidden_paths: tuple[str, ...] = Field(
+        (), description="Paths a sandboxed program must not see, beside the ones always hidden (this "
+        "checkout: its datasets, run directories and world cache; $LAGRL_CACHE). The sandbox's root shows "
+        "only /usr, /etc and the Python installation, so everything else (run directories, data_path files, "
+        "caches) is hidden already; list data that lives inside those trees. Needs a mount namespace "
+        "(SandboxResult.isolation has 'rootfs'); without one nothing is hidden.")
     code_data_sources: tuple[str, ...] = Field(
         ("code", "apps", "taco", "codecontests", "livecodebench", "leetcode", "humaneval", "mbpp"),
         description="data_source prefixes (case-insensitive) routed to the code reward; others are "

@@ -4,8 +4,8 @@ Threat model
 ------------
 The program is adversarial by assumption: an RL policy is optimised to find whatever earns reward,
 and a model can emit anything. We defend the *host* (the reward worker, other sandboxes, the
-machine) and the *verdict*; we do not stop the program from computing, or from reading files that
-any local user may read.
+machine) and the *verdict*; we do not stop the program from computing, or from reading the system's
+own files (/usr, /etc, the Python installation).
 
 Guaranteed where we run as root with namespaces (this project's machines; checked by
 tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was in force):
@@ -14,12 +14,17 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     namespace covers, would reach the hypervisor host of a VM;
   * no secrets from the environment: the launcher starts with a fixed minimal env (nothing is
     inherited from the worker) and the program runs as a throwaway uid in its own pid namespace with
-    a fresh /proc, so neither os.environ nor /proc/<pid>/environ of the worker is reachable; home
-    directories (/root, /home) are replaced by empty tmpfs, only the Python install bound back;
-  * no writes outside the sandbox: the random unprivileged uid cannot write root-owned paths, and
-    every world-writable directory (/tmp, /var/tmp, /dev/shm, /run/lock) is a private, size-capped
-    tmpfs in a private mount namespace that vanishes with the sandbox; the host-side temporary
-    directory is removed afterwards;
+    a fresh /proc, so neither os.environ nor /proc/<pid>/environ of the worker is reachable;
+  * no answers on disk ("rootfs"): in a private mount namespace the program's root is minimal and
+    read-only (rewards/_sandbox_fs.py): /usr, /etc, the merged-/usr links, the Python installation at
+    its own path, /dev/{null,zero,full,random,urandom}, a fresh /proc and private tmpfs. The checkout
+    (datasets with gold answers such as rewards/eval_data, run directories, the default world cache),
+    $LAGRL_CACHE, configured data paths, home directories and everything else of the host are absent;
+    where one of them, or a path of RewardConfig.code_hidden_paths, lies inside what is shown, an empty
+    read-only mount covers it (see hidden_paths; the Python installation itself stays visible);
+  * no writes outside the sandbox: the random unprivileged uid cannot write root-owned paths, the root
+    is read-only, and the only writable directories (/tmp, /var/tmp, /dev/shm) are private, size-capped
+    tmpfs that vanish with the sandbox; the host-side temporary directory is removed afterwards;
   * bounded time: a wall-clock limit per test enforced by the sandbox's init, RLIMIT_CPU as a
     backstop, and an overall deadline here after which the launcher's session is SIGKILLed;
   * bounded memory, per sandbox as a whole: the launcher is moved into a fresh memory cgroup (limit
@@ -59,14 +64,17 @@ Limits are applied in a child forked by the launcher, not with Popen(preexec_fn=
 is unsafe in threaded processes such as Ray actors, and the worker only ever spawns the launcher.
 
 Residual risks (not defended): kernel exploits through the calls the filter allows (no VM);
-reading world-readable files (the repo, the venv, /etc); CPU contention with the host (no cgroup
+reading what the minimal root shows (/usr, /etc, the Python installation: here a venv inside the
+checkout, bound alone, whose packages hold no answers); CPU contention with the host (no cgroup
 CPU quota); an assert test that judges with a function the *program* defines trusts it, and a
 program name never shadows a builtin or prelude name in the judge. Assert-test semantics that
 change: values cross the process boundary as plain data (list vs tuple kept exact), test-side
 functions or objects cannot be passed to the program (the test fails), containers passed in are
 updated in place after each call, and a plain-data global of the program is read once, when the test
 starts. Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
-without CAP_SYS_ADMIN) there is NO network isolation, world-writable host directories are writable
+without CAP_SYS_ADMIN) there is NO network isolation, NOTHING IS HIDDEN ("rootfs" missing: the
+checkout, datasets, run directories and caches are readable wherever file permissions let any user
+read them), world-writable host directories are writable
 (what the sandbox's uid leaves there is removed afterwards; its /dev/shm files count as memory,
 its /tmp files only against RLIMIT_FSIZE each), unix-socket buffers are counted only by a cgroup,
 cleanup relies on process-tree/uid sweeps, and if the interpreter lives where the private uid cannot
@@ -105,6 +113,7 @@ import psutil
 import rewards._sandbox_cgroup as _sandbox_cgroup
 
 _INIT = str(Path(__file__).with_name("_sandbox_init.py"))
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
 # The launcher's (and so the program's) whole environment: nothing is inherited from the worker.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp",
         "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
@@ -120,6 +129,7 @@ class SandboxLimits:
     tmpfs_mb: int = 64            # private /tmp (and working directory) size
     namespaces: bool = True       # False: fallback path (no network isolation), for tests
     memory_cgroup: bool = True    # False: no per-sandbox cgroup (the seccomp + RSS path), for tests
+    hidden_paths: tuple[str, ...] = ()  # also hidden where the minimal root shows their surroundings
 
 
 @dataclass(frozen=True)
@@ -182,7 +192,8 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
         job = {"code": code, "tests": [_test_entry(t, i, base) for i, t in enumerate(tests)],
                "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
                "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
-               "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base}
+               "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base,
+               "hidden": hidden_paths(limits)}
         cgroup = _sandbox_cgroup.create(limits.memory_mb << 20) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", _INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
@@ -221,6 +232,15 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
         return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
     iso = tuple(report["isolation"])
     return [_result(t, r, iso) for t, r in zip(tests, report["tests"], strict=True)]
+
+
+def hidden_paths(limits: SandboxLimits) -> list[str]:
+    """Paths covered inside the sandbox's root wherever it would show them: this checkout (datasets with
+    gold answers, run directories, the default world cache), $LAGRL_CACHE and limits.hidden_paths. The
+    minimal root shows only the system trees and the Python installation, so these matter where they
+    lie inside one of those; the Python installation itself is never covered."""
+    paths = (_CHECKOUT, os.environ.get("LAGRL_CACHE", ""), *limits.hidden_paths)
+    return sorted({os.path.realpath(os.path.expanduser(p)) for p in paths if p})
 
 
 def _test_entry(test: CodeTest, index: int, base: str) -> dict:

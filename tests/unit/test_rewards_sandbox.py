@@ -7,15 +7,21 @@ survives, the test process is alive, its memory did not balloon.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 import tempfile
 import textwrap
 import time
 import uuid
+from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
 
+from rewards.code_reward import limits_from
+from rewards.config import RewardConfig
 from rewards.sandbox import CodeTest, SandboxLimits, check_syntax, isolation_report, run_code, run_tests
 from tests.unit._sandbox_checks import assert_nothing_survives
 
@@ -107,7 +113,7 @@ def test_writes_outside_the_sandbox_do_not_reach_the_host():
         print(os.getcwd())
         try:
             open({repo_file!r}, "w")
-        except (PermissionError, FileNotFoundError):   # (a checkout under /tmp is hidden)
+        except OSError:                   # EROFS: the checkout is absent from a read-only root
             print("repo read-only")
     """), limits=LIMITS)
     assert r.success, r
@@ -116,6 +122,54 @@ def test_writes_outside_the_sandbox_do_not_reach_the_host():
     assert not os.path.exists(r.stdout.splitlines()[0]) or r.stdout.startswith("/tmp/sbx")
     after = {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("lagrl-sbx-")}
     assert after <= before  # the host-side temporary directory was removed
+
+
+ANSWERS = Path(__file__).resolve().parents[2] / "rewards" / "eval_data" / "aime24.jsonl"  # AIME golds
+READ_ANSWERS = """
+import os, sys
+for path in PATHS:
+    try:
+        with open(path) as f:
+            print("read", path, f.read(20)[:0])
+    except OSError as e:
+        print("hidden", path, type(e).__name__)
+skip = {"/usr", "/etc", "/proc", "/dev", os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
+for top, dirs, files in os.walk("/"):        # whatever else the root shows: no dataset anywhere
+    dirs[:] = [d for d in dirs if os.path.join(top, d) not in skip]
+    for f in files:
+        if f.endswith((".jsonl", ".parquet")):
+            print("found", os.path.join(top, f))
+"""
+
+
+@needs_ns
+def test_answers_on_disk_are_hidden():
+    """Gold answers on disk are out of the program's reach: the checkout (rewards/eval_data holds the
+    AIME answers), and a configured data directory even where the minimal root shows its surroundings
+    (here inside the Python installation, which stays visible: without the setting it is readable)."""
+    assert ANSWERS.is_file()
+    data = Path(tempfile.mkdtemp(prefix="lagrl-test-data-", dir=sys.prefix))
+    try:
+        data.chmod(0o755)
+        gold = data / "gold.jsonl"
+        gold.write_text('{"answer": "204"}\n')
+        program = READ_ANSWERS.replace("PATHS", repr((str(ANSWERS), str(gold))))
+        slack = SandboxLimits(timeout_s=10.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
+        shown = run_code(program, limits=slack)
+        configured = RewardConfig(code_test_timeout_s=10.0, code_memory_mb=256, code_hidden_paths=(str(data),))
+        hidden = run_code(program, limits=limits_from(configured))
+    finally:
+        shutil.rmtree(data)
+    assert hidden.success and "rootfs" in hidden.isolation, hidden
+    assert hidden.stdout.split("\n")[:2] == [f"hidden {ANSWERS} FileNotFoundError", f"hidden {gold} FileNotFoundError"]
+    assert "found" not in hidden.stdout, hidden.stdout
+    assert shown.success and f"read {gold}" in shown.stdout, shown  # the setting is what hid it
+
+
+@pytest.mark.parametrize("limits", [FALLBACK, replace(FALLBACK, memory_cgroup=False)], ids=["fallback", "bare"])
+def test_without_a_mount_namespace_the_report_says_files_are_visible(limits):
+    r = run_code(READ_ANSWERS.replace("PATHS", repr((str(ANSWERS),))).split("skip =")[0], limits=limits)
+    assert r.success and "rootfs" not in r.isolation, r  # nothing hidden, and the report says so
 
 
 @pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
