@@ -9,8 +9,11 @@ Test spec (the prompt's `answer`, a JSON object), any of:
              "expected": v} | {"type": "assert", "code": s}, ...]}.
 Expected outputs stay in this process: the sandbox sees only inputs, so a program cannot read the
 answers out of its own memory. stdout is compared line by line after stripping trailing whitespace,
-then token by token with a 1e-6 float tolerance; return values are compared as JSON data (tuples
-as lists, floats with the same tolerance).
+then token by token; return values are compared as JSON data (tuples as lists). Integers compare
+exactly: an expected integer token needs an integer token of the same value (`1e9` or `1000000000.0`
+does not answer 1000000000), an expected int needs an equal int or float. Only where the expected
+value is a float is a 1e-6 relative/absolute tolerance allowed (a relative tolerance on integers
+would accept 999999999 for 10**9).
 
 Reward: fraction of tests passed, or 1/0 with code_all_or_nothing (failure -1 with signed_reward).
 Reason: correct when all pass; otherwise the first failure's kind (timeout, memory, runtime_error,
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,13 +96,30 @@ def _text(x) -> str:
     return "\n".join(map(str, x)) + "\n" if isinstance(x, list) else str(x)
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def stdout_matches(actual: str, expected: str) -> bool:
     a = [line.rstrip() for line in actual.strip().splitlines()]
     e = [line.rstrip() for line in expected.strip().splitlines()]
     if a == e:
         return True
     ta, te = actual.split(), expected.split()
-    return len(ta) == len(te) and all(x == y or _close(x, y) for x, y in zip(ta, te))
+    return len(ta) == len(te) and all(_token_matches(x, y) for x, y in zip(ta, te))
+
+
+def _token_matches(actual: str, expected: str) -> bool:
+    if actual == expected:
+        return True
+    if _INTEGER.fullmatch(expected):  # an integer answer: the same integer, printed as one
+        return _INTEGER.fullmatch(actual) is not None and _canonical(actual) == _canonical(expected)
+    return _close(actual, expected)
+
+
+def _canonical(integer: str) -> str:
+    """Sign and leading zeros normalised ("+007" -> "7", "-0" -> "0"), kept as text: no int() digit limit."""
+    digits = integer.lstrip("+-").lstrip("0") or "0"
+    return "-" + digits if integer.startswith("-") and digits != "0" else digits
 
 
 def value_matches(actual: Any, expected: Any) -> bool:
@@ -109,10 +130,16 @@ def value_matches(actual: Any, expected: Any) -> bool:
 
 
 def _json_eq(a: Any, b: Any) -> bool:
+    """`a` (the program's) against `b` (expected)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b or math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+    if isinstance(b, int):  # an integer answer: exactly equal (Python's int/float comparison is exact)
+        return isinstance(a, (int, float)) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, float):
+        try:
+            return a == b or math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+        except OverflowError:  # an int beyond float range
+            return False
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -123,7 +150,7 @@ def _json_eq(a: Any, b: Any) -> bool:
 def _close(x: str, y: str) -> bool:
     try:
         return math.isclose(float(x), float(y), rel_tol=1e-6, abs_tol=1e-6)
-    except ValueError:
+    except (ValueError, OverflowError):
         return False
 
 

@@ -94,6 +94,31 @@ def test_value_matches(actual, expected, ok):
     assert value_matches(actual, expected) is ok
 
 
+# Integers compare exactly: a relative tolerance made 999999999 pass for 10**9 and 10**18 + 12345 for
+# 10**18. The 1e-6 tolerance applies only where the expected answer is a float; an integer answer must
+# be given as that integer (printed as an integer token; returned as an int or an equal float).
+@pytest.mark.parametrize("actual,expected,ok", [
+    ("999999999", "1000000000", False), ("1e9", "999999999", False), ("1e9", "1000000000", False),
+    ("1000000000.0", "1000000000", False), ("1000000000000012345", "1000000000000000000", False),
+    ("1" * 40, "1" * 39 + "2", False), ("5 999999999", "5 1000000000", False), ("\u0663", "3", False),
+    ("1000000000", "1000000000", True), ("-0", "0", True), ("+7 007", "7 7", True), ("1" * 5000, "1" * 5000, True),
+    ("3", "3.0", True), ("1000000001", "1000000000.0", True), ("0.1000001", "0.1", True), ("0.2", "0.1", False),
+])
+def test_stdout_integers_compare_exactly(actual, expected, ok):
+    assert stdout_matches(actual, expected) is ok
+
+
+@pytest.mark.parametrize("actual,expected,ok", [
+    (10 ** 9, 999999999, False), (999999999, 10 ** 9, False), (10 ** 18 + 12345, 10 ** 18, False),
+    (1e18, 10 ** 18 + 12345, False), (999999999.9999, 10 ** 9, False), ([10 ** 9], [999999999], False),
+    ({"a": 10 ** 18}, {"a": 10 ** 18 + 1}, False), (10 ** 400, 1.5, False),
+    (10 ** 30, 10 ** 30, True), (4.0, 4, True), (1e18, 10 ** 18, True), (2, 2.0, True), (1e9 + 1, 1e9, True),
+    ([[10 ** 9]], [[10 ** 9]], True),
+])
+def test_value_integers_compare_exactly(actual, expected, ok):
+    assert value_matches(actual, expected) is ok
+
+
 def test_routing():
     cfg = RewardConfig()
     assert resolve_kind("42") == "math"
