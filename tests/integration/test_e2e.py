@@ -69,6 +69,12 @@ def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> N
     """One progress line per step, the summary with its fields, engine logs in the run directory."""
     lines = console.splitlines()
     assert sum(ln.startswith("[step ") for ln in lines) == summary["steps"], console[-3000:]
+    # neither the old per-step learner line nor the old JSON summary is back
+    assert not any(ln.startswith(("[learner]", "[driver] done:")) for ln in lines), console[-3000:]
+    minutes, secs = divmod(int(round(summary["seconds"])), 60)      # the header as format_summary writes it
+    header = (f"run {summary['run_id']} ({summary['preset']}): {summary['steps']}/{summary['steps_total']} "
+              f"steps in {minutes} min {secs} s ({summary['stop_reason']})")
+    assert header in lines, (header, console[-3000:])
     assert "Failed to load weights" not in console and "Reloading weights inplace" not in console
     for field in ("accuracy ", "entropy ", "policy lag ", "groups ", "files ", "notebook "):
         assert any(ln.strip().startswith(field) for ln in lines), (field, console[-3000:])

@@ -1,0 +1,51 @@
+"""The end-of-run summary: build_summary's figures and the lines format_summary prints for them."""
+
+from pathlib import Path
+
+from launch.run.summary import build_summary, format_summary
+
+RUN = Path("/runs/r1")
+STEPS = [   # three learner steps of made-up figures
+    {"step": 0, "reward/accuracy": 0.25, "entropy/mean": 0.8, "length/mean": 40.0, "lag/mean": 0.5, "lag/max": 1,
+     "groups/trained": 4, "groups/zero_adv_dropped": 1, "groups/stale_dropped": 0, "lag/stale_dropped": 0},
+    {"step": 1, "reward/accuracy": 0.5, "entropy/mean": 0.7, "length/mean": 45.0, "lag/mean": 1.0, "lag/max": 2,
+     "groups/trained": 4, "groups/zero_adv_dropped": 2, "groups/stale_dropped": 1, "lag/stale_dropped": 2},
+    {"step": 2, "reward/accuracy": 0.75, "entropy/mean": 0.6, "length/mean": 52.5, "lag/mean": 1.5, "lag/max": 3,
+     "groups/trained": 3, "groups/zero_adv_dropped": 0, "groups/stale_dropped": 2, "lag/stale_dropped": 5},
+]
+EVALS = [{"step": 0, "eval/avg@n": 0.125, "eval/n": 4, "eval/problems": 32},
+         {"step": 3, "eval/avg@n": 0.375, "eval/n": 4, "eval/problems": 32}]
+
+
+def _summary(evals: list[dict]) -> dict:
+    return build_summary(run_id="r1", preset="onpolicy", run_path=RUN, steps_total=5, seconds=125.4,
+                         rows=STEPS, evals=evals, stop_reason="max_wall_s=120 reached")
+
+
+def test_every_field_is_printed_with_its_figures():
+    assert format_summary(_summary(EVALS)).splitlines() == [
+        "run r1 (onpolicy): 3/5 steps in 2 min 5 s (max_wall_s=120 reached)",       # 125.4 s
+        "  accuracy      0.125 -> 0.375 (avg@4 on 32 held-out problems)",           # first and last eval
+        "  train reward  accuracy 0.250 -> 0.750, response length 40.0 -> 52.5 tokens",
+        "  entropy       0.800 -> 0.600",
+        "  policy lag    mean 1.00, max 3",                                          # (0.5 + 1 + 1.5) / 3
+        "  groups        11 trained, 3 zero-advantage dropped, 3 stale dropped (7 stale responses)",
+        "  files         /runs/r1/ (config.json, metrics.jsonl, summary.json, checkpoints/, logs/, redis/)",
+        "  notebook      LAGRL_RUN_DIR=/runs/r1 jupyter notebook notebooks/monitor.ipynb",
+    ]
+
+
+def test_the_dict_holds_the_same_figures():
+    s = _summary(EVALS)
+    assert (s["steps"], s["steps_total"], s["seconds"]) == (3, 5, 125.4)
+    assert s["accuracy"] == [0.125, 0.375] and (s["eval_n"], s["eval_problems"]) == (4, 32)
+    assert s["entropy"] == [0.8, 0.6] and (s["lag_mean"], s["lag_max"]) == (1.0, 3)
+    assert s["groups"] == {"trained": 11, "zero_advantage_dropped": 3, "stale_dropped": 3,
+                           "stale_responses_dropped": 7}
+    assert s["files"]["metrics.jsonl"] == "/runs/r1/metrics.jsonl" and s["guard"] is None and s["prime"] is None
+
+
+def test_a_run_without_evaluation_says_so():
+    s = _summary([])
+    assert s["accuracy"] is None and s["eval_n"] is None
+    assert "  accuracy      - (no evaluation)" in format_summary(s).splitlines()
