@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,13 +10,34 @@ import numpy as np
 from rewards.problems import read_jsonl
 
 
+def _is_eval(row: dict) -> bool:
+    return any(k.startswith("eval/") for k in row)
+
+
 def read_metrics(path: Path) -> list[dict]:
     """The run's step rows from ``metrics.jsonl``, one per step (a step retrained after a resume
-    appears twice in the file: its last row wins)."""
+    appears twice in the file: its last row wins). An evaluation row in the file is not a retrained
+    step: it stays beside its step's row."""
     if not path.exists():
         return []
-    rows = {row["step"]: row for row in read_jsonl(path, allow_torn_tail=True)}
-    return [rows[s] for s in sorted(rows)]
+    rows = {(row["step"], _is_eval(row)): row for row in read_jsonl(path, allow_torn_tail=True)}
+    return [rows[k] for k in sorted(rows)]
+
+
+def read_run_rows(metrics_path: str | Path) -> list[dict]:
+    """A run's step rows (:func:`read_metrics`) plus its evaluation rows: those of the file, or when
+    it has none, the ``evals`` of ``summary.json`` beside it (the driver writes evaluation rows to the
+    buffer's metrics stream and to the summary, not to ``metrics.jsonl``). The run may still be
+    running: a torn last row is skipped, and a missing or unreadable summary adds nothing."""
+    metrics_path = Path(metrics_path)
+    rows = read_metrics(metrics_path)
+    if any(_is_eval(row) for row in rows):
+        return rows
+    try:
+        evals = json.loads((metrics_path.parent / "summary.json").read_text()).get("evals") or []
+    except (OSError, ValueError, AttributeError):
+        return rows
+    return rows + [e for e in evals if isinstance(e, dict)]
 
 
 def _first_last(rows: list[dict], key: str) -> list[float] | None:

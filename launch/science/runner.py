@@ -72,11 +72,10 @@ def one_run_per_config(specs: dict) -> dict:
 
 
 def read_rows(run_path: Path) -> list[dict]:
-    """A finished run's step rows plus its evaluation rows (from summary.json)."""
-    from launch.run.summary import read_metrics
+    """A finished run's step rows plus its evaluation rows (``launch.run.summary.read_run_rows``)."""
+    from launch.run.summary import read_run_rows
 
-    summary = json.loads((run_path / "summary.json").read_text())
-    return read_metrics(run_path / "metrics.jsonl") + list(summary.get("evals") or [])
+    return read_run_rows(run_path / "metrics.jsonl")
 
 
 def _run_one(spec: RunSpec, runs_dir: Path) -> dict:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from launch.tools.plots import ENTROPY_KEYS, EVAL_KEYS, STEP, _finish, _line
-from rewards.problems import read_jsonl
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,21 +31,6 @@ COMPARE_PANELS = (("entropy/mean", ENTROPY_KEYS), ("reward/accuracy", ("reward/a
 
 
 # ---------------------------------------------------------------- loading
-def read_run_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of ``<run_dir>/metrics.jsonl`` plus, when none of them is an evaluation row, the
-    ``evals`` of ``<run_dir>/summary.json`` (the driver writes evaluation rows to the buffer's
-    metrics stream and to the summary, not to the JSONL)."""
-    path = Path(path)
-    rows = read_jsonl(path, allow_torn_tail=True)      # the run may still be writing it
-    if any(k.startswith("eval/") for row in rows for k in row):
-        return rows
-    try:
-        evals = json.loads((path.parent / "summary.json").read_text()).get("evals") or []
-    except (OSError, ValueError, AttributeError):
-        return rows
-    return rows + [e for e in evals if isinstance(e, dict)]
-
-
 def jsonl_label(path: str | Path) -> str:
     """``run_id (preset)`` for ``<run_dir>/metrics.jsonl`` when a saved config names them, else the dir name."""
     path = Path(path)
@@ -244,8 +228,12 @@ def main(argv: list[str] | None = None) -> None:
             ap.error("--runs needs --redis-url (or LAGRL_REDIS_URL / REDIS_URL)")
         frames = frames_from_redis(url, args.runs)
     else:
+        from launch.run.summary import read_run_rows
+
         frames = {}
         for path in args.metrics_jsonl:
+            if not path.is_file():
+                ap.error(f"--metrics-jsonl: {path}: no such file")
             label = jsonl_label(path)
             while label in frames:
                 label += "'"

@@ -85,6 +85,13 @@ def test_cli_writes_png_and_csv(tmp_path: Path):
     assert sum(r["metric"] == "eval/accuracy" for r in rows) == 3
 
 
+def test_cli_names_a_missing_file(tmp_path: Path):
+    proc = subprocess.run([sys.executable, "-m", "launch.tools.compare", "--metrics-jsonl",
+                           str(tmp_path / "nope" / "metrics.jsonl"), "--out", str(tmp_path / "cmp")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "metrics.jsonl: no such file" in proc.stderr, proc.stderr
+
+
 def test_compare_figure_lines_per_run():
     frames = {"a": compare.metrics_frame(_rows(4, entropy0=0.5, with_eval=True)),
               "b": compare.metrics_frame(_rows(4, entropy0=0.3, with_eval=False))}

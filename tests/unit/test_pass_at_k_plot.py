@@ -75,11 +75,13 @@ def _run_dir(root: Path, name: str, evals: list[dict], evals_in_jsonl: bool = Fa
 
 
 def test_read_run_rows_takes_evals_from_summary_once(tmp_path: Path):
+    from launch.run.summary import read_run_rows
+
     evals = [_eval_row(0, CURVE_0), _eval_row(3, CURVE_3)]
-    from_summary = compare.read_run_rows(_run_dir(tmp_path, "s", evals))
+    from_summary = read_run_rows(_run_dir(tmp_path, "s", evals))
     assert len(from_summary) == 6 and from_summary[-1]["eval/pass@4"] == 0.8
-    in_jsonl = compare.read_run_rows(_run_dir(tmp_path, "j", evals, evals_in_jsonl=True))
-    assert len(in_jsonl) == 6                                  # not read twice
+    in_jsonl = read_run_rows(_run_dir(tmp_path, "j", evals, evals_in_jsonl=True))
+    assert len(in_jsonl) == 6                                  # not read twice, nor merged with steps 0 and 3
 
 
 def test_cli_writes_pass_at_k_png(tmp_path: Path):

@@ -1,8 +1,10 @@
-"""The end-of-run summary: build_summary's figures and the lines format_summary prints for them."""
+"""The end-of-run summary: build_summary's figures and the lines format_summary prints for them; a
+run's rows read back from its directory (read_run_rows: compare and the science report read them)."""
 
+import json
 from pathlib import Path
 
-from launch.run.summary import build_summary, format_summary
+from launch.run.summary import build_summary, format_summary, read_metrics, read_run_rows
 
 RUN = Path("/runs/r1")
 STEPS = [   # three learner steps of made-up figures
@@ -49,3 +51,32 @@ def test_a_run_without_evaluation_says_so():
     s = _summary([])
     assert s["accuracy"] is None and s["eval_n"] is None
     assert "  accuracy      - (no evaluation)" in format_summary(s).splitlines()
+
+
+def _run_dir(tmp_path: Path, rows: list[dict], evals: list[dict] | None) -> Path:
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 3, "entr')
+    if evals is not None:
+        (tmp_path / "summary.json").write_text(json.dumps({"run_id": "r1", "evals": evals}))
+    return tmp_path / "metrics.jsonl"
+
+
+def test_read_run_rows_one_row_per_step_then_the_evaluations(tmp_path: Path):
+    retrained = {**STEPS[1], "reward/accuracy": 0.55}          # step 1 again after a resume: this row wins
+    path = _run_dir(tmp_path, [STEPS[0], STEPS[1], STEPS[2], retrained], EVALS)
+    rows = read_run_rows(path)                                  # the torn last line is skipped
+    assert rows == [STEPS[0], retrained, STEPS[2], *EVALS]
+    assert read_metrics(path) == [STEPS[0], retrained, STEPS[2]]
+
+
+def test_read_run_rows_without_a_summary_or_with_evaluations_in_the_file(tmp_path: Path):
+    assert read_run_rows(_run_dir(tmp_path, STEPS, None)) == STEPS              # still running: no summary yet
+    in_file = [STEPS[0], EVALS[0], STEPS[1], STEPS[2]]
+    rows = read_run_rows(_run_dir(tmp_path, in_file, [{"step": 9, "eval/avg@n": 1.0}]))
+    assert rows == [STEPS[0], EVALS[0], STEPS[1], STEPS[2]]     # the file's own, kept beside step 0's row
+
+
+def test_the_science_report_reads_the_same_rows(tmp_path: Path):
+    from launch.science.runner import read_rows
+
+    _run_dir(tmp_path, STEPS, EVALS)
+    assert read_rows(tmp_path) == read_run_rows(tmp_path / "metrics.jsonl") == [*STEPS, *EVALS]
