@@ -3,8 +3,8 @@
 Training sets, held-out sets (AIME), the tiny and reasoning worlds' data, and a run's
 ``metrics.jsonl`` are all JSON lines; every reader goes through :func:`read_jsonl`, so a bad
 line fails with its file and line number everywhere; the worlds write theirs with
-:func:`write_jsonl`. Problems: :func:`load_problems` (a bare
-name such as ``aime24`` is looked up in :func:`default_data_dir`).
+:func:`write_jsonl`, a run appends its metrics rows with :func:`append_jsonl`. Problems:
+:func:`load_problems` (a bare name such as ``aime24`` is looked up in :func:`default_data_dir`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def append_jsonl(row: dict[str, Any], path: str | Path) -> None:
+    """One more JSON object at the end of ``path``, keys in the row's order; numbers JSON does not know
+    (numpy scalars) are written as floats. A reader may meet the line half written (``allow_torn_tail``)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, default=float) + "\n")
 
 
 def read_jsonl(path: str | Path, *, allow_torn_tail: bool = False) -> list[dict[str, Any]]:

@@ -90,7 +90,7 @@ def run(cfg: RunConfig) -> RunResult:
     from launch.run.prompt_stats import PromptStats
     from launch.run.summary import build_summary, format_summary, read_metrics
     from learner.loop import Learner
-    from rewards.problems import load_problems
+    from rewards.problems import append_jsonl, load_problems
     from rewards.workers import RewardPool
 
     started = time.monotonic()
@@ -169,7 +169,7 @@ def run(cfg: RunConfig) -> RunResult:
             metrics = learner.step()
             stats.update()
             result.metrics.append(metrics)
-            _append_jsonl(run_path / "metrics.jsonl", metrics)
+            append_jsonl(metrics, run_path / "metrics.jsonl")
             print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
             if "guard/event" in metrics:
                 print(metrics["guard/event"]["message"], flush=True)
@@ -215,11 +215,6 @@ def _evaluate(evaluator, buffer, learner, max_tokens: int) -> dict:
     print(f"[eval] step {step} version {learner.version}: avg@{row['eval/n']} {row['eval/avg@n']:.3f} "
           f"over {row['eval/problems']} problems ({row['eval/seconds']:.1f}s)", flush=True)
     return row
-
-
-def _append_jsonl(path: Path, row: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(row, default=float) + "\n")
 
 
 def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:

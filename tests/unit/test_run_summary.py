@@ -75,6 +75,19 @@ def test_read_run_rows_without_a_summary_or_with_evaluations_in_the_file(tmp_pat
     assert rows == [STEPS[0], EVALS[0], STEPS[1], STEPS[2]]     # the file's own, kept beside step 0's row
 
 
+def test_rows_appended_as_the_driver_does_read_back(tmp_path: Path):
+    import numpy as np
+
+    from rewards.problems import append_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    for row in STEPS:
+        append_jsonl({**row, "entropy/mean": np.float32(row["entropy/mean"])}, path)   # numpy scalars: floats
+    rows = read_metrics(path)
+    assert [r["step"] for r in rows] == [0, 1, 2] and list(rows[0]) == list(STEPS[0])  # the row's key order
+    assert [r["entropy/mean"] for r in rows] == [float(np.float32(x)) for x in (0.8, 0.7, 0.6)]
+
+
 def test_the_science_report_reads_the_same_rows(tmp_path: Path):
     from launch.science.runner import read_rows
 
