@@ -5,7 +5,10 @@ threaded, so it *can* use signals: each answer gets a soft SIGALRM budget (math-
 signal timeout is disabled with parsing_timeout=None / timeout_seconds=None and replaced by ours,
 which takes float seconds and is raised as a BaseException so math-verify's `except Exception`
 cannot swallow it). Work stuck in C (e.g. sympy evaluating 10^(10^10)) never sees the signal; the
-parent then kills this process and starts another.
+parent then kills this process and starts another. Memory is bounded by RLIMIT_AS (argv[1] MiB, set
+before anything is imported): an answer that builds a huge number (2^{2^{34}}) fails with MemoryError
+instead of growing until the kill; math-verify swallows most of those into "wrong", so the verdict's
+detail names the limit when this answer pushed the peak RSS past half of it.
 
 Protocol (newline-delimited JSON):
   -> {"ready": true}                                         once, after imports
@@ -19,6 +22,7 @@ import json
 import logging
 import os
 import re
+import resource
 import signal
 import sys
 
@@ -40,8 +44,21 @@ def _die_with_parent() -> None:
         pass
 
 
+def _limit_memory() -> int:
+    """RLIMIT_AS from argv[1] (MiB; 0 or absent: none). -> the limit in bytes."""
+    limit = int(sys.argv[1]) << 20 if len(sys.argv) > 1 else 0
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limit
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10  # KiB on Linux
+
+
 def main() -> None:
     _die_with_parent()
+    limit = _limit_memory()
     logging.disable(logging.CRITICAL)  # "timeout disabled" warnings: we handle timeouts ourselves.
     from math_verify import parse, verify
 
@@ -87,12 +104,17 @@ def main() -> None:
         if not golds:
             continue
         for pred in req["preds"]:
+            peak = _peak_rss()
             try:
                 verdict, detail = timed(lambda: _judge(parse, verify, golds, pred), timeout)
             except _SoftTimeout:
                 verdict, detail = "timeout", f"math-verify exceeded {timeout:g} s"
+            except MemoryError:
+                verdict, detail = "parse_error", f"MemoryError: over the verifier's {limit >> 20} MiB memory limit"
             except Exception as e:  # noqa: BLE001
                 verdict, detail = "parse_error", f"{type(e).__name__}: {e}"[:300]
+            if limit and verdict != "correct" and _peak_rss() > max(peak, limit // 2) and "MemoryError" not in detail:
+                detail = f"{detail} (ran into the verifier's {limit >> 20} MiB memory limit)"[-300:]
             send({"v": verdict, "d": detail})
 
 

@@ -31,6 +31,10 @@ class RewardConfig(BaseModel):
         60.0, gt=0, le=600, description="How long a fresh verifier subprocess may take to import "
         "math-verify/sympy (≈0.5 s idle, much more on a loaded machine) before scoring gives up with "
         "reason 'timeout'.")
+    math_memory_mb: int = Field(
+        2048, ge=128, le=1 << 20, description="Address-space limit (RLIMIT_AS) of the verifier subprocess: "
+        "an answer that makes sympy build a huge number (2^{2^{34}}) fails there with MemoryError (reward 0) "
+        "instead of growing until the kill. Idle it maps ~60-100 MB.")
     max_box_chars: int = Field(
         4096, ge=16, le=1_000_000, description="Longest \\boxed{} content that is parsed; longer content "
         "is a parse_error. Bounds the verifier's work on adversarial or degenerate outputs.")

@@ -8,7 +8,9 @@ forever; no thread can be interrupted out of C code, but a process can be killed
   * one long-lived child (`_math_verify_server.py`) per MathVerifier, started lazily, talking
     newline-delimited JSON over pipes; a whole group (gold + distinct extracted answers) is one
     request, and verdicts stream back one per answer;
-  * the child applies a soft per-answer timer (SIGALRM works there: it is the child's main thread);
+  * the child applies a soft per-answer timer (SIGALRM works there: it is the child's main thread)
+    and an address-space limit (memory_mb, RLIMIT_AS), so an answer that builds a huge number fails
+    there with MemoryError instead of growing until the kill;
   * the parent waits timeout + grace per answer; past that it kills the child's process group,
     records `timeout` for that answer and resends the rest to a fresh child.
 
@@ -43,8 +45,10 @@ class MathVerifier:
     """verify_many(gold, preds) -> (gold_ok, gold_detail, [(verdict, detail), ...]), never raising
     for a bad answer; verdicts are "correct" | "wrong" | "parse_error" | "timeout"."""
 
-    def __init__(self, timeout_s: float = 5.0, kill_grace_s: float = 1.0, startup_timeout_s: float = 60.0):
+    def __init__(self, timeout_s: float = 5.0, kill_grace_s: float = 1.0, startup_timeout_s: float = 60.0,
+                 memory_mb: int = 2048):
         self.timeout_s, self.kill_grace_s, self.startup_timeout_s = timeout_s, kill_grace_s, startup_timeout_s
+        self.memory_mb = memory_mb  # the subprocess's RLIMIT_AS, from its next start
         self._proc: subprocess.Popen | None = None
         self._buf = b""
         self._lock = threading.Lock()
@@ -75,7 +79,7 @@ class MathVerifier:
         self._kill()
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self._proc = subprocess.Popen([sys.executable, "-I", _SERVER], stdin=subprocess.PIPE,
+        self._proc = subprocess.Popen([sys.executable, "-I", _SERVER, str(self.memory_mb)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                       start_new_session=True, close_fds=True)
         self._buf = b""
@@ -175,13 +179,14 @@ _default_lock = threading.Lock()
 
 
 def default_verifier(timeout_s: float = 5.0, kill_grace_s: float = 1.0,
-                     startup_timeout_s: float = 60.0) -> MathVerifier:
-    """The process-wide verifier used by the in-process scorer (timeouts updated to the caller's)."""
+                     startup_timeout_s: float = 60.0, memory_mb: int = 2048) -> MathVerifier:
+    """The process-wide verifier used by the in-process scorer (timeouts updated to the caller's; a new
+    memory limit holds from the subprocess's next start)."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = MathVerifier(timeout_s, kill_grace_s, startup_timeout_s)
+            _default = MathVerifier(timeout_s, kill_grace_s, startup_timeout_s, memory_mb)
             atexit.register(_default.close)
         _default.timeout_s, _default.kill_grace_s = timeout_s, kill_grace_s
-        _default.startup_timeout_s = startup_timeout_s
+        _default.startup_timeout_s, _default.memory_mb = startup_timeout_s, memory_mb
         return _default

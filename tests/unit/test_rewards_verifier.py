@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -10,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from rewards.config import RewardConfig
+from rewards.math_reward import score_math_group
 from rewards.math_verifier import MathVerifier
 
 
@@ -50,6 +53,26 @@ def test_recovers_after_the_subprocess_dies(verifier):
     os.kill(verifier.pid, signal.SIGKILL)
     time.sleep(0.05)
     assert verifier.verify_many(r"\frac12", ["0.5"])[2] == [("correct", "")]
+
+
+def test_memory_bomb_stops_at_the_memory_limit():
+    """2^{2^{34}} makes sympy build a 2 GiB integer. Under the subprocess's RLIMIT_AS (math_memory_mb) it
+    fails at the limit, long before its generous timer: reward 0 with a reason (math-verify swallows the
+    MemoryError into "wrong"; the detail names the limit), the process's address space never passes the
+    limit, and the process lives on to score the next answer."""
+    cfg = RewardConfig(math_timeout_s=120.0, math_memory_mb=160)
+    v = MathVerifier(cfg.math_timeout_s, cfg.math_kill_grace_s, memory_mb=cfg.math_memory_mb)
+    try:
+        bomb, fine = score_math_group([r"The answer is \boxed{2^{2^{34}}}.", r"\boxed{3}"], "3", cfg, v)
+        with open(f"/proc/{v.pid}/status", encoding="ascii") as f:
+            vm_peak = int(re.search(r"VmPeak:\s+(\d+) kB", f.read()).group(1)) << 10
+        restarts = v.restarts
+    finally:
+        v.close()
+    assert bomb.reward == 0.0 and bomb.reason in ("wrong", "parse_error"), bomb
+    assert "160 MiB memory limit" in bomb.detail, bomb
+    assert fine.reason == "correct" and restarts == 0
+    assert vm_peak <= 160 << 20, vm_peak
 
 
 def test_usable_from_many_threads(verifier):
