@@ -102,9 +102,15 @@ def _free_port() -> int:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Atomic write, readable by the owner only (the file holds the password)."""
+    """Atomic write, readable by the owner only (the file holds the password). The temp file is made
+    fresh (O_EXCL): a stale one left by a crashed writer with the same pid would keep its own mode, or,
+    as a symlink, redirect the write."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
