@@ -5,7 +5,9 @@ tmpfs files, SysV segments, socket and pipe buffers. The kernel charges all of t
 the process that allocated them, and refuses or OOM-kills inside that cgroup at its limit, so a cgroup
 bounds the sandbox as a whole. The host (rewards.sandbox) creates it under its own cgroup, moves the
 launcher into it before the launcher forks anything (so every sandbox process is born inside), and
-removes it afterwards; init reads its counters per test.
+removes it afterwards; init reads its counters per test. A worker that dies first (SIGKILL, a crash)
+leaves its cgroups behind: their names carry the owner (pid and start time), and sweep_stale(), run
+when a reward worker starts, removes those whose owner is gone, nothing else.
 
 Where it works: cgroup v1 with a writable memory hierarchy (this project's machines: root in a VM),
 or cgroup v2 where our own cgroup already delegates the memory controller to children. Elsewhere
@@ -14,12 +16,14 @@ its seccomp filter and RSS watchdog. Loaded by path from _sandbox_init.py: stdli
 """
 
 import os
+import re
 import secrets
 import signal
 import time
 
 V1_ROOT, V2_ROOT = "/sys/fs/cgroup/memory", "/sys/fs/cgroup"
 PREFIX = "lagrl-sbx-"
+_NAME = re.compile(re.escape(PREFIX) + r"(\d+)\.(\d+)-[0-9a-f]{16}")  # PREFIX<owner pid>.<its start ticks>-<random>
 
 
 def _parent() -> str | None:
@@ -66,7 +70,7 @@ def create(limit_bytes: int) -> str | None:
     parent = _parent()
     if parent is None:
         return None
-    path = os.path.join(parent, PREFIX + secrets.token_hex(8))
+    path = os.path.join(parent, f"{PREFIX}{os.getpid()}.{_start_ticks(os.getpid())}-{secrets.token_hex(8)}")
     try:
         os.mkdir(path, 0o755)
     except OSError:
@@ -127,6 +131,37 @@ def remove(path: str, timeout_s: float = 5.0) -> bool:
         for pid in pids:
             _kill_member(pid, os.path.basename(path))
         time.sleep(0.005)
+
+
+def _start_ticks(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, an
+    identity that a reused pid does not share. None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+    except (OSError, IndexError):
+        return None
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def sweep_stale() -> list[str]:
+    """Remove the cgroups (and kill what is left in them) that this project made for a process that is
+    gone: only names of create()'s form whose owner pid no longer runs with the recorded start time.
+    Others' cgroups, live owners' and the old random-only names are never touched. -> removed paths."""
+    parent = _parent()
+    if parent is None:
+        return []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        match = _NAME.fullmatch(entry.name)
+        if match and entry.is_dir(follow_symlinks=False) and _start_ticks(int(match[1])) != match[2]:
+            if remove(entry.path):
+                removed.append(entry.path)
+    return removed
 
 
 def _kill_member(pid: int, name: str) -> None:

@@ -337,6 +337,12 @@ def _sweep_files(uids: tuple[int, ...]) -> None:
                 pass
 
 
+def sweep_stale_cgroups() -> int:
+    """Remove the sandbox cgroups of workers that died before removing their own (rewards/_sandbox_cgroup.py);
+    called when a reward worker starts. -> how many."""
+    return len(_sandbox_cgroup.sweep_stale())
+
+
 def isolation_report(limits: SandboxLimits = SandboxLimits()) -> tuple[str, ...]:
     """What this host grants (e.g. ('net', 'mount', 'pid', 'ipc')), by running a trivial program."""
     return run_code("pass", limits=limits).isolation

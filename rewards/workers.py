@@ -26,6 +26,7 @@ import ray
 from rewards.config import RewardConfig
 from rewards.math_verifier import MathVerifier
 from rewards.result import Kind, RewardResult, ScoreRequest
+from rewards.sandbox import sweep_stale_cgroups
 from rewards.scoring import score_group, score_request
 
 __all__ = ["RewardPool", "RewardWorker", "score_group"]
@@ -37,6 +38,7 @@ class _RewardWorkerImpl:
         self.verifier = MathVerifier(self.cfg.math_timeout_s, self.cfg.math_kill_grace_s,
                                      self.cfg.math_startup_timeout_s, self.cfg.math_memory_mb)
         self.verifier.start()  # pay the sympy import at pool start, not on the first group
+        sweep_stale_cgroups()  # what a crashed worker (this one's previous life, say) left behind
         self.groups_scored = 0
 
     def score(self, request: ScoreRequest) -> list[RewardResult]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -100,6 +101,33 @@ def test_cgroup_counts_an_oom_kill():
     finally:
         hog.kill()
         _sandbox_cgroup.remove(path)
+
+
+def test_stale_cgroups_of_dead_owners_are_swept():
+    """A worker killed mid-run leaves its sandbox cgroup (and maybe a process in it). The sweep removes
+    exactly those whose recorded owner is gone: not a live owner's, not a name without an owner."""
+    parent = _sandbox_cgroup._parent()
+    if parent is None:
+        pytest.skip("this host lets us make no memory cgroup")
+    owner = subprocess.Popen(["sleep", "60"])   # the crashed worker: its identity, then its death
+    ticks = _sandbox_cgroup._start_ticks(owner.pid)
+    owner.kill()
+    owner.wait()
+    stale = os.path.join(parent, f"{_sandbox_cgroup.PREFIX}{owner.pid}.{ticks}-{secrets.token_hex(8)}")
+    unowned = os.path.join(parent, _sandbox_cgroup.PREFIX + secrets.token_hex(8))  # names before owners were kept
+    live = _sandbox_cgroup.create(64 << 20)
+    os.mkdir(stale)
+    os.mkdir(unowned)
+    left = subprocess.Popen(["sleep", "60"])
+    try:
+        assert _sandbox_cgroup.adopt(stale, left.pid)
+        removed = _sandbox_cgroup.sweep_stale()
+        assert stale in removed and not os.path.exists(stale) and left.wait(timeout=5) == -9
+        assert live not in removed and unowned not in removed and os.path.isdir(live) and os.path.isdir(unowned)
+    finally:
+        left.kill()
+        for path in (stale, unowned, live):
+            _sandbox_cgroup.remove(path)
 
 
 def test_unix_socket_meter_sees_unread_buffers():
