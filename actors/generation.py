@@ -116,10 +116,6 @@ class GenerationActorImpl:
                 "weight_loads": self.stats.weight_loads, "last_error": self.stats.last_error,
                 "time": time.time()}
 
-    def sync_weights_from(self, location: str) -> None:
-        """Load from an explicit location (tests, and a push-style transport)."""
-        self.transport.load_into(self.llm, location)
-
     def weights_checksum(self) -> float:
         return self.llm.collective_rpc("lagrl_weights_checksum")[0]
 

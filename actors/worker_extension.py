@@ -32,8 +32,3 @@ class LagrlWorkerExtension:
         repacks linear weights into kernel tensors, so this covers embeddings, norms and biases.)"""
         with torch.no_grad():
             return float(sum(p.double().sum() for p in self.model_runner.model.parameters()))
-
-    def lagrl_transfer_stats(self) -> dict:
-        """The collective engine's figures of its last receive (empty without one)."""
-        engine = getattr(self, "weight_transfer_engine", None)
-        return dict(getattr(engine, "stats", {}) or {})

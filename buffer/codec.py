@@ -81,12 +81,6 @@ def unpack_tokens(raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=_I32)
 
 
-def unpack_logprobs(raw: bytes) -> np.ndarray:
-    if not isinstance(raw, (bytes, bytearray)) or len(raw) % 4:
-        raise InvalidMessage("bad_logprobs", "log-probs must be float32 bytes")
-    return np.frombuffer(raw, dtype=_F32)
-
-
 def encode_prompt(p: PromptMsg) -> bytes:
     return _pack({
         "schema": SCHEMA_VERSION, "kind": "prompt", "prompt_id": p.prompt_id,

@@ -345,10 +345,6 @@ class RunDirServer:
     def __init__(self, url: str, how: str, server: EmbeddedRedis | None = None, run_id: str | None = None):
         self.url, self.how, self._server, self.run_id = url, how, server, run_id
 
-    @property
-    def started_here(self) -> bool:
-        return self._server is not None
-
     def close(self) -> str:
         if self._server is None:
             return "left the run's Redis as it was"
