@@ -69,6 +69,12 @@ class DataConfig(BaseModel):
             start += stage.steps
         return len(self.stages) - 1, self.stages[-1].max_tokens
 
+    def eval_max_tokens(self, steps_done: int) -> int:
+        """The response budget of an evaluation after ``steps_done`` learner steps: the current stage's
+        (the one the next step trains in), so held-out problems get the budget training has reached,
+        not the first stage's."""
+        return self.stage_at(steps_done)[1]
+
     @property
     def max_response_tokens(self) -> int:
         """The largest budget of any stage (the context the engines must hold)."""

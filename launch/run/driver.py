@@ -146,7 +146,7 @@ def run(cfg: RunConfig) -> RunResult:
 
         def evaluate() -> None:
             if _servable(learner, buffer):
-                budget = cfg.data.stage_at(learner.steps_done)[1]    # the current stage's budget
+                budget = cfg.data.eval_max_tokens(learner.steps_done)
                 result.evals.append(_evaluate(evaluator, buffer, learner, budget))
 
         if evaluator:

@@ -113,6 +113,13 @@ def test_stage_schedule():
     assert data.max_response_tokens == 32768
 
 
+def test_evaluation_uses_the_current_stage_budget():
+    from launch.config import DataConfig, StageConfig
+
+    data = DataConfig(stages=[StageConfig(max_tokens=64, steps=3), StageConfig(max_tokens=128)])
+    assert [data.eval_max_tokens(s) for s in (0, 2, 3, 10)] == [64, 64, 128, 128]   # raised after the change
+
+
 def test_cli_exits_2_with_the_message(capsys):
     with pytest.raises(SystemExit) as exc:
         build_config(["--tiny", "--learner.nope", "1"], default_preset="onpolicy")
