@@ -254,6 +254,8 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
         isolation = isolation + ["uid"]
     if job["cgroup"]:
         isolation = isolation + ["cgroup"]
+    if job.get("cpu"):
+        isolation = isolation + ["cpu"]
     unseen, isolation = _unseen_memory(job, mods, isolation)
     program = mods.seccomp.filter_program()  # after _unseen_memory's netlink socket: the filter refuses new ones
     if program is not None:  # on ourselves, now that the mounts are done: every later fork inherits it

@@ -173,7 +173,7 @@ def limits_from(cfg: RewardConfig) -> SandboxLimits:
     return SandboxLimits(timeout_s=cfg.code_test_timeout_s, memory_mb=cfg.code_memory_mb,
                          max_output_bytes=cfg.max_output_bytes, max_procs=cfg.code_max_procs,
                          tmpfs_mb=cfg.code_tmpfs_mb, namespaces=cfg.code_use_namespaces,
-                         hidden_paths=cfg.code_hidden_paths)
+                         hidden_paths=cfg.code_hidden_paths, cpus=cfg.code_cpus)
 
 
 def score_code(text: str, answer: str, cfg: RewardConfig | None = None) -> RewardResult:

@@ -50,6 +50,11 @@ class RewardConfig(BaseModel):
     code_memory_mb: int = Field(
         1024, ge=64, le=65536, description="Address-space limit per sandboxed process (RLIMIT_AS) and "
         "resident-memory limit for the whole process tree of one test (psutil watchdog).")
+    code_cpus: float = Field(
+        1.0, gt=0, le=1024, description="CPU quota of one sandbox, in cores (its cgroup's cpu.max, or "
+        "cfs_quota_us on cgroup v1, where the cpu controller can be used: 'cpu' in the isolation report): "
+        "the program's threads and processes together get at most this much CPU per wall-clock second, "
+        "so a parallel busy loop cannot starve the host. Each process's total is RLIMIT_CPU either way.")
     code_max_procs: int = Field(
         32, ge=1, le=4096, description="RLIMIT_NPROC for the sandbox's private uid: processes + "
         "threads a test may have at once (fork-bomb cap).")

@@ -43,6 +43,9 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     unshare, setns and clone with namespace flags (no user namespaces, no new kernel surface),
     ptrace and process_vm_*, and kernel interfaces no test needs (bpf, perf, io_uring, keyrings,
     userfaultfd, mount, modules...); see rewards/_sandbox_seccomp.py;
+  * bounded CPU rate ("cpu"): the same cgroup carries a CPU quota of `cpus` cores (cgroup v2 cpu.max,
+    or a twin cgroup in the v1 cpu hierarchy) where the cpu controller can be used, so the program's
+    threads and processes together cannot take more than that from the host, however many it starts;
   * bounded processes: RLIMIT_NPROC on a uid nothing else uses (the kernel stops a fork bomb at the
     cap), plus a process-count check in the same watchdog;
   * bounded output: RLIMIT_FSIZE on the capture files, so a print loop fails at the cap instead of
@@ -65,8 +68,8 @@ is unsafe in threaded processes such as Ray actors, and the worker only ever spa
 
 Residual risks (not defended): kernel exploits through the calls the filter allows (no VM);
 reading what the minimal root shows (/usr, /etc, the Python installation: here a venv inside the
-checkout, bound alone, whose packages hold no answers); CPU contention with the host (no cgroup
-CPU quota); an assert test that judges with a function the *program* defines trusts it, and a
+checkout, bound alone, whose packages hold no answers); CPU contention with the host up to the
+quota, and without limit where there is no cpu controller ("cpu" missing from `isolation`); an assert test that judges with a function the *program* defines trusts it, and a
 program name never shadows a builtin or prelude name in the judge. Assert-test semantics that
 change: values cross the process boundary as plain data (list vs tuple kept exact), test-side
 functions or objects cannot be passed to the program (the test fails), containers passed in are
@@ -130,6 +133,7 @@ class SandboxLimits:
     namespaces: bool = True       # False: fallback path (no network isolation), for tests
     memory_cgroup: bool = True    # False: no per-sandbox cgroup (the seccomp + RSS path), for tests
     hidden_paths: tuple[str, ...] = ()  # also hidden where the minimal root shows their surroundings
+    cpus: float | None = 1.0      # CPU quota of the whole sandbox, in cores (in its cgroup; None: none)
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,7 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
                "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
                "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base,
                "hidden": hidden_paths(limits)}
-        cgroup = _sandbox_cgroup.create(limits.memory_mb << 20) if limits.memory_cgroup else None
+        cgroup = _sandbox_cgroup.create(limits.memory_mb << 20, limits.cpus) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", _INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
                                 close_fds=True)
@@ -204,6 +208,7 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
             _sandbox_cgroup.remove(cgroup)
             cgroup = None
         job["cgroup"] = cgroup
+        job["cpu"] = cgroup is not None and _sandbox_cgroup.cpu_limited(cgroup)
         try:
             out, err = proc.communicate(json.dumps(job).encode(), timeout=deadline)
         except subprocess.TimeoutExpired:

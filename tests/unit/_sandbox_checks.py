@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import time
 
 import psutil
@@ -42,7 +43,12 @@ def leftover_processes() -> list[psutil.Process]:
 
 def leftover_cgroups() -> list[str]:
     parent = _sandbox_cgroup._parent() if _sandbox_cgroup else None
-    return glob.glob(f"{parent}/{_sandbox_cgroup.PREFIX}*") if parent else []
+    left = glob.glob(f"{parent}/{_sandbox_cgroup.PREFIX}*") if parent else []
+    cpu = getattr(_sandbox_cgroup, "V1_CPU_ROOT", None)
+    if cpu and parent:  # v1 cpu twins: that hierarchy is shared with every sandbox here, so only ours
+        cpu_parent = _sandbox_cgroup._v1_parent(_sandbox_cgroup._own(), cpu, "cpu")
+        left += glob.glob(f"{cpu_parent}/{_sandbox_cgroup.PREFIX}{os.getpid()}.*") if cpu_parent else []
+    return left
 
 
 def assert_nothing_survives(rss_before: int, max_growth: int = 64 << 20) -> None:

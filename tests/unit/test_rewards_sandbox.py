@@ -229,6 +229,27 @@ def test_killing_the_parent_does_not_reach_the_host(limits):
     assert psutil.pid_exists(me)
 
 
+def test_cpu_rate_is_bounded_by_the_quota():
+    """Two busy processes for 1.5 s of wall clock get at most the sandbox's quota (0.1 core) between them."""
+    r = run_code(src("""
+        import os, time
+        start = time.monotonic()
+        pids = [os.fork() for _ in range(2)]
+        if 0 in pids:
+            while time.monotonic() < start + 1.5:
+                pass
+            os._exit(0)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        t = os.times()
+        print(t.children_user + t.children_system, time.monotonic() - start)
+    """), limits=replace(LIMITS, timeout_s=10.0, cpus=0.1))
+    if "cpu" not in r.isolation:
+        pytest.skip(f"no usable cpu controller here (got {r.isolation})")
+    used, wall = map(float, r.stdout.split())
+    assert r.success and used <= 0.1 * wall + 0.2, (used, wall)
+
+
 def test_huge_stdout_is_capped():
     start = time.monotonic()
     r = run_code("while True:\n    print('x' * 10000)\n", limits=LIMITS)

@@ -103,6 +103,31 @@ def test_cgroup_counts_an_oom_kill():
         _sandbox_cgroup.remove(path)
 
 
+def test_cgroup_cpu_quota_bounds_a_busy_process():
+    path = _sandbox_cgroup.create(64 << 20, cpus=0.2)
+    if path is None:
+        pytest.skip("this host lets us make no memory cgroup")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert _sandbox_cgroup.adopt(path, spinner.pid)
+        if not _sandbox_cgroup.cpu_limited(path):
+            pytest.skip("no usable cpu controller here")
+        before, start = _cpu_seconds(spinner.pid), time.monotonic()
+        time.sleep(1.0)
+        used, wall = _cpu_seconds(spinner.pid) - before, time.monotonic() - start
+        assert used <= 0.2 * wall + 0.15, (used, wall)  # the quota, plus one accounting period of slack
+    finally:
+        spinner.kill()
+        _sandbox_cgroup.remove(path)
+    assert not os.path.exists(path)
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 def test_stale_cgroups_of_dead_owners_are_swept():
     """A worker killed mid-run leaves its sandbox cgroup (and maybe a process in it). The sweep removes
     exactly those whose recorded owner is gone: not a live owner's, not a name without an owner."""
