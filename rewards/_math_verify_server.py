@@ -7,8 +7,8 @@ which takes float seconds and is raised as a BaseException so math-verify's `exc
 cannot swallow it). Work stuck in C (e.g. sympy evaluating 10^(10^10)) never sees the signal; the
 parent then kills this process and starts another. Memory is bounded by RLIMIT_AS (argv[1] MiB, set
 before anything is imported): an answer that builds a huge number (2^{2^{34}}) fails with MemoryError
-instead of growing until the kill; math-verify swallows most of those into "wrong", so the verdict's
-detail names the limit when this answer pushed the peak RSS past half of it.
+instead of growing until the kill. math-verify swallows most of those (the verdict is then "wrong");
+one that reaches us is a parse_error that names the limit.
 
 Protocol (newline-delimited JSON):
   -> {"ready": true}                                         once, after imports
@@ -50,10 +50,6 @@ def _limit_memory() -> int:
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return limit
-
-
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10  # KiB on Linux
 
 
 def main() -> None:
@@ -104,7 +100,6 @@ def main() -> None:
         if not golds:
             continue
         for pred in req["preds"]:
-            peak = _peak_rss()
             try:
                 verdict, detail = timed(lambda: _judge(parse, verify, golds, pred), timeout)
             except _SoftTimeout:
@@ -113,8 +108,6 @@ def main() -> None:
                 verdict, detail = "parse_error", f"MemoryError: over the verifier's {limit >> 20} MiB memory limit"
             except Exception as e:  # noqa: BLE001
                 verdict, detail = "parse_error", f"{type(e).__name__}: {e}"[:300]
-            if limit and verdict != "correct" and _peak_rss() > max(peak, limit // 2) and "MemoryError" not in detail:
-                detail = f"{detail} (ran into the verifier's {limit >> 20} MiB memory limit)"[-300:]
             send({"v": verdict, "d": detail})
 
 
