@@ -133,7 +133,7 @@ class SandboxLimits:
     namespaces: bool = True       # False: fallback path (no network isolation), for tests
     memory_cgroup: bool = True    # False: no per-sandbox cgroup (the seccomp + RSS path), for tests
     hidden_paths: tuple[str, ...] = ()  # also hidden where the minimal root shows their surroundings
-    cpus: float | None = 1.0      # CPU quota of the whole sandbox, in cores (in its cgroup; None: none)
+    cpus: float | None = 1.5      # CPU quota of the whole sandbox, in cores (in its cgroup; None: none)
 
 
 @dataclass(frozen=True)
