@@ -86,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for seed in range(args.seeds):
                 path = args.out / "runs" / specs[(f.key, arm.name, seed)].key
-                if (path / "summary.json").exists():
-                    runs.append(read_rows(path))
+                runs.append(read_rows(path) if (path / "summary.json").exists() else None)   # keeps seed order
             rows_by_arm[arm.name] = runs
         results += evaluate(f, rows_by_arm)
         figures[f.key] = figure_png(f, rows_by_arm)

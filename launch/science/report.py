@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from launch.science.findings import Finding
-from launch.science.verdict import STATISTICS, Verdict, judge
+from launch.science.verdict import Verdict, judge, statistic
 
 PANELS = (("entropy/mean", "entropy"), ("reward/accuracy", "accuracy (training)"),
           ("length/mean", "response length (tokens)"), ("clip/frac", "clipped-token fraction"))
@@ -36,13 +36,17 @@ class CheckResult:
     verdict: Verdict
 
 
-def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict]]]) -> list[CheckResult]:
-    """Verdicts of one finding; ``rows_by_arm[arm]`` = one rows list per seed (seed order)."""
+def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) -> list[CheckResult]:
+    """Verdicts of one finding; ``rows_by_arm[arm]`` = one rows list per seed, in seed order, None
+    where that seed's run is missing (so seed s of one arm always pairs with seed s of the other)."""
     out = []
     for c in finding.checks:
-        stat = STATISTICS[c.statistic]
-        b = [stat(rows) for rows in rows_by_arm.get(c.b, [])]
-        a = [stat(rows) for rows in rows_by_arm.get(c.a, [])] if c.a is not None else [0.0] * len(b)
+        runs_b = rows_by_arm.get(c.b, [])
+        runs_a = rows_by_arm.get(c.a, []) if c.a is not None else []
+        runs_a = list(runs_a) + [None] * (len(runs_b) - len(runs_a))
+        b = [statistic(c.statistic, rb, ra) for rb, ra in zip(runs_b, runs_a)]
+        a = ([statistic(c.statistic, ra, rb) for ra, rb in zip(runs_a, runs_b)] if c.a is not None
+             else [0.0] * len(b))
         out.append(CheckResult(finding, c.claim, c.statistic, c.a, c.b, c.expect, judge(a, b, c.expect)))
     return out
 
@@ -65,7 +69,7 @@ def _num(x: float) -> str:
     return "nan" if not math.isfinite(x) else f"{x:.6g}"
 
 
-def figure_png(finding: Finding, rows_by_arm: dict[str, list[list[dict]]]) -> bytes:
+def figure_png(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) -> bytes:
     """The finding's four panels as a PNG: per arm the mean over seeds, shaded min..max."""
     import matplotlib
     matplotlib.use("Agg")
@@ -89,10 +93,10 @@ def figure_png(finding: Finding, rows_by_arm: dict[str, list[list[dict]]]) -> by
     return buf.getvalue()
 
 
-def _band(runs: list[list[dict]], key: str) -> tuple[np.ndarray, ...]:
+def _band(runs: list[list[dict] | None], key: str) -> tuple[np.ndarray, ...]:
     """Steps present in every seed's run, and the mean / min / max of ``key`` over the seeds there."""
     per_run = [{r["step"]: float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and "updates" in r}
-               for rows in runs]
+               for rows in runs if rows is not None]
     per_run = [p for p in per_run if p]
     if not per_run:
         return (np.array([]),) * 4

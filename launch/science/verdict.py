@@ -53,9 +53,14 @@ def entropy_final(rows: Rows) -> float:
     return _window_mean(_series(rows, "entropy/mean"), "last")
 
 
-def entropy_target_gap(rows: Rows) -> float:
-    """|final entropy - the adaptive control's target| (NaN without a target)."""
-    return abs(entropy_final(rows) - _window_mean(_series(rows, "entropy/target"), "last"))
+def entropy_target_gap(rows: Rows, reference: Rows = ()) -> float:
+    """|final entropy - the adaptive control's target|. A run without a target of its own (no
+    entropy term, a fixed coefficient) is measured against the target of ``reference``, the run it
+    is compared with; NaN when neither has one."""
+    target = _window_mean(_series(rows, "entropy/target"), "last")
+    if not math.isfinite(target) and reference:
+        target = _window_mean(_series(reference, "entropy/target"), "last")
+    return abs(entropy_final(rows) - target)
 
 
 def length_growth(rows: Rows) -> float:
@@ -87,6 +92,16 @@ STATISTICS: dict[str, Callable[[Rows], float]] = {
     "length_growth": length_growth, "accuracy_final": accuracy_final,
     "truncation_drop_at_stage_starts": truncation_drop_at_stage_starts,
 }
+REFERENCED = {"entropy_target_gap"}     # statistics that also read the paired run of the other arm
+
+
+def statistic(name: str, rows: Rows | None, reference: Rows | None = None) -> float:
+    """STATISTICS[name] of one run; NaN for a missing run (a seed that failed)."""
+    if rows is None:
+        return math.nan
+    if name in REFERENCED:
+        return STATISTICS[name](rows, reference or ())
+    return STATISTICS[name](rows)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,11 @@ def test_statistics_by_hand():
     rows = _rows("entropy/mean", [0.5, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.2, 0.1], **{"entropy/target": 0.2})
     assert entropy_ratio(rows) == pytest.approx(0.15 / 0.4)
     assert entropy_target_gap(rows) == pytest.approx(0.05)
+    # a run without a target of its own (no entropy term) is measured against its pair's target
+    untargeted = _rows("entropy/mean", [0.5, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4, 0.1, 0.1])
+    assert math.isnan(entropy_target_gap(untargeted))
+    assert entropy_target_gap(untargeted, rows) == pytest.approx(0.1)
+    assert entropy_target_gap(rows, untargeted) == pytest.approx(0.05)       # its own target first
     assert length_growth(_rows("length/mean", [10, 20, 0, 0, 0, 0, 0, 0, 50, 70])) == pytest.approx(60 - 15)
     assert entropy_ratio(list(reversed(rows))) == pytest.approx(0.15 / 0.4)        # sorted by step
     # accuracy: the last evaluation wins over training accuracy
@@ -54,3 +59,21 @@ def test_judge_paired_by_seed():
     d, sd = 1.0, math.sqrt(2) * 1.0 / 12.706 * 0.99          # t just above the threshold
     assert judge([0.0, 0.0], [d - sd / math.sqrt(2), d + sd / math.sqrt(2)], "higher").verdict == "agrees"
     assert T95[2] == 4.303
+
+
+def test_evaluate_pairs_by_seed_when_a_run_is_missing():
+    from launch.science.findings import Arm, Check, Finding
+    from launch.science.report import evaluate
+
+    f = Finding("k", "t", "src", "tiny", (Arm("a", "p"), Arm("b", "q")),
+                (Check("b keeps less", "entropy_final", "a", "b", "lower"),
+                 Check("b nearer the target", "entropy_target_gap", "a", "b", "lower")))
+    run = lambda e, target=None: _rows("entropy/mean", [e] * 5, **({"entropy/target": target} if target else {}))
+    # seed 1 of arm b failed: seed 2 of b must still pair with seed 2 of a (not with seed 1)
+    by_arm = {"a": [run(0.5, 0.2), run(0.4, 0.2), run(0.3, 0.2)], "b": [run(0.25), None, run(0.125)]}
+    final, gap = evaluate(f, by_arm)
+    assert final.verdict.n == 2 and final.verdict.effect == pytest.approx(((0.25 - 0.5) + (0.125 - 0.3)) / 2)
+    assert math.isnan(final.verdict.b[1])
+    # b has no target: measured against a's 0.2 -> gaps 0.05, 0.075 vs a's 0.3, 0.1
+    assert gap.verdict.b[0] == pytest.approx(0.05) and gap.verdict.b[2] == pytest.approx(0.075)
+    assert gap.verdict.effect == pytest.approx(((0.05 - 0.3) + (0.075 - 0.1)) / 2)
