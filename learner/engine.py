@@ -20,6 +20,7 @@ from the coordinator (``learner.loop``), the loss config and entropy coefficient
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -132,6 +133,21 @@ def _zero3_init_context(ds_config: dict):
     return HfDeepSpeedConfig(ds_config)
 
 
+@contextmanager
+def without_zero3_init(hf_ds_config):
+    """``from_pretrained`` of a whole, unpartitioned model while the policy's ``HfDeepSpeedConfig``
+    (ZeRO-3) is alive: transformers would otherwise build it under ``zero.Init``, partitioned, and
+    the frozen reference is used as a plain module, never through a DeepSpeed engine."""
+    from transformers.integrations.deepspeed import set_hf_deepspeed_config, unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        if hf_ds_config is not None:
+            set_hf_deepspeed_config(hf_ds_config)
+
+
 def full_params(module: torch.nn.Module, zero_stage: int) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) per unique parameter of a DeepSpeed module; under ZeRO-3 each is
     gathered in turn (a collective: every rank must iterate), so peak memory is one parameter."""
@@ -192,7 +208,8 @@ class RankEngine:
         """The initial weights, frozen: a full copy on every rank (not ZeRO-partitioned, so under
         ZeRO-3 it costs a whole model per rank; the KL term is off by default)."""
         if self.reference is None:
-            self.reference = _load_hf_model(self.model_dir, self.dtype, False).to(self.device).eval()
+            with without_zero3_init(self._hf_ds):
+                self.reference = _load_hf_model(self.model_dir, self.dtype, False).to(self.device).eval()
             self.reference.requires_grad_(False)
         return self.reference
 

@@ -161,3 +161,11 @@ def test_prime_resume_restores_policy_and_prm_exactly(prime_ranks, world, redis_
     assert max_diff(resumed.full_state_dict(), w3) == 0.0 and max_diff(resumed.prm_state_dict(), p3) == 0.0
     for key in ("loss/total", "prm/loss", "prm/accuracy", "prm/grad_norm", "process_reward/mean", "grad/norm"):
         assert r3[key] == m3[key], key
+
+    # a checkpoint without the PRM is refused, naming what is missing (not a PRM silently back at its SFT weights)
+    import shutil
+
+    latest = ckpt / (ckpt / "latest").read_text().strip()
+    shutil.rmtree(latest / "prm")
+    with pytest.raises(Exception, match=r"has no PRM \(prm/\)"):
+        make_learner(cfg, RunBuffer.from_url(redis_url, buf.run_id), world, run_dir, prime_ranks)
