@@ -8,14 +8,16 @@ next one's input (NovaSky 2025; ``launch.presets_skyt1``). The same four stages 
 
     python -m launch.skyt1_pipeline --out runs/skyt1 --model_dir BASE --sft1_data sft1.jsonl --sft2_data sft2.jsonl \\
         --rl_args "--data.train_path math.jsonl --data.eval_path aime24 --data.eval_n 8"
-    python -m launch.skyt1_pipeline --tiny --out runs/skyt1-tiny --sft1_data a.jsonl --sft2_data b.jsonl
+    python -m launch.skyt1_pipeline --tiny --out runs/skyt1-tiny     # CPU world; SFT data written from its task
 
 Each stage runs as its own process (an SFT process group, then a Ray driver) and is skipped when its
 output is already complete, so a pipeline that stopped resumes at the stage it was in (an RL stage
 resumes from its own checkpoints). The second SFT starts from the PRIME stage's final weights
 (``--sft2_from rl``, the chain); the blog restarted it from the base model with data distilled from
 the PRIME model (``--sft2_from base``). ``OUT/pipeline.json`` lists every stage's output and, for the
-RL stages, held-out accuracy and pass@k before (= the SFT stage's model) and after.
+RL stages, held-out accuracy and pass@k before (= the SFT stage's model) and after, plus the PRIME
+stage's PRM figures. With ``--tiny`` and no SFT data, each SFT stage gets 512 correct traces of the tiny
+task's training problems (disjoint halves, never the held-out split), written under OUT.
 """
 
 from __future__ import annotations
@@ -28,6 +30,26 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+TINY_SFT_ARGS = "--epochs 3 --batch_size 32 --lr 3e-4"     # Sky-T1's 3 epochs: 16 updates each on 512 traces
+TINY_SFT_EXAMPLES = 512
+
+
+def write_tiny_sft_data(out: Path, train_path: Path) -> tuple[str, str]:
+    """Two JSONL files of correct tiny-task traces for the two SFT stages: disjoint slices of the
+    training split (the held-out problems never appear in it)."""
+    from launch.tiny.task import PROMPT_TEMPLATE
+    from rewards.problems import load_problems, write_jsonl
+
+    train = load_problems(train_path)
+    if len(train) < 2 * TINY_SFT_EXAMPLES:
+        raise ValueError(f"{train_path}: {len(train)} problems, the two SFT stages need {2 * TINY_SFT_EXAMPLES}")
+    paths = []
+    for i, name in enumerate(("sft1.jsonl", "sft2.jsonl")):
+        chunk = train[i * TINY_SFT_EXAMPLES:(i + 1) * TINY_SFT_EXAMPLES]
+        write_jsonl([{"prompt": PROMPT_TEMPLATE.format(problem=p.problem), "response": f"\\boxed{{{p.answer}}}"}
+                     for p in chunk], out / name)
+        paths.append(str(out / name))
+    return paths[0], paths[1]
 
 
 def final_weights(run_path: Path) -> Path:
@@ -46,7 +68,8 @@ def rl_stage_record(run_path: Path) -> dict:
     evals = summary.get("evals") or []
     return {"run_path": str(run_path), "steps": summary["steps"], "stop_reason": summary["stop_reason"],
             "accuracy": summary.get("accuracy"), "before": _eval_figures(evals[0]) if evals else None,
-            "after": _eval_figures(evals[-1]) if evals else None, "weights": str(final_weights(run_path))}
+            "after": _eval_figures(evals[-1]) if evals else None, "prime": summary.get("prime"),
+            "weights": str(final_weights(run_path))}
 
 
 def _eval_figures(row: dict) -> dict:
@@ -82,11 +105,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", required=True, type=Path, help="directory of every stage's output")
     ap.add_argument("--model_dir", help="base model (HF dir); --tiny: the tiny world's model")
     ap.add_argument("--tiny", action="store_true", help="RL stages scaled to the tiny CPU world")
-    ap.add_argument("--sft1_data", required=True, help="JSONL prompt/response pairs of the first SFT")
-    ap.add_argument("--sft2_data", required=True, help="JSONL prompt/response pairs of the second SFT")
+    ap.add_argument("--sft1_data", help="JSONL prompt/response pairs of the first SFT (--tiny: written if not given)")
+    ap.add_argument("--sft2_data", help="JSONL prompt/response pairs of the second SFT (--tiny: written if not given)")
     ap.add_argument("--sft2_from", choices=("rl", "base"), default="rl",
                     help="second SFT starts from the PRIME stage's weights (chain) or the base model (blog)")
-    ap.add_argument("--sft_args", default="", help="extra launch.sft options for both SFT stages")
+    ap.add_argument("--sft_args", default=None,
+                    help=f"extra launch.sft options for both SFT stages (--tiny default: {TINY_SFT_ARGS!r})")
     ap.add_argument("--rl_args", default="", help="extra options for both RL stages (e.g. --data.train_path)")
     ap.add_argument("--prime_args", default="", help="extra options of the PRIME stage")
     ap.add_argument("--rloo_args", default="", help="extra options of the RLOO stage")
@@ -94,13 +118,20 @@ def main(argv: list[str] | None = None) -> dict:
     from launch.install_check import require_own_packages
 
     require_own_packages()
-    base = args.model_dir
-    if base is None:
-        if not args.tiny:
-            ap.error("--model_dir is required unless --tiny")
-        from launch.tiny.build import ensure_tiny_world
-        base = str(ensure_tiny_world().model_dir)
+    if not args.tiny and (args.model_dir is None or args.sft1_data is None or args.sft2_data is None):
+        ap.error("--model_dir, --sft1_data and --sft2_data are required unless --tiny")
     args.out.mkdir(parents=True, exist_ok=True)
+    base = args.model_dir
+    if args.tiny:
+        from launch.tiny.build import ensure_tiny_world
+        world = ensure_tiny_world()
+        base = base or str(world.model_dir)
+        if args.sft1_data is None or args.sft2_data is None:
+            written = write_tiny_sft_data(args.out, world.train_path)
+            args.sft1_data, args.sft2_data = args.sft1_data or written[0], args.sft2_data or written[1]
+        if args.sft_args is None:
+            args.sft_args = TINY_SFT_ARGS
+    args.sft_args = args.sft_args or ""
     stages = {"base": base}
     stages["sft1"] = sft_stage(base, args.sft1_data, args.out / "sft1", args.sft_args)
     stages["rl1_prime"] = rl_stage("skyt1_prime", stages["sft1"]["model"], args.out, "rl1-prime", args.tiny,
