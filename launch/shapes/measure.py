@@ -169,6 +169,15 @@ def published_bytes(model_dir: Path, element_bytes: int) -> tuple[int, int]:
     return params, params * element_bytes
 
 
+def _learner_logprob_path() -> str:
+    """The log-prob function the learner's engine calls (its module binding, so a swap to another
+    implementation shows here)."""
+    from learner import engine
+
+    fn = engine.logprobs_and_entropy
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
 def figures(cfg, result, sampler: Sampler, model_dir: Path) -> dict:
     """The measured figures of a finished shapes run (JSON-able)."""
     rows = result.metrics
@@ -191,7 +200,7 @@ def figures(cfg, result, sampler: Sampler, model_dir: Path) -> dict:
             "object_store_growth": round(sampler.peak_shm / GIB, 2),
             "machine_growth": round(sampler.peak_machine / GIB, 2),
             "machine_total": round(psutil.virtual_memory().total / GIB, 1)},
-        "logprobs": {"path": "learner.logprobs.logprobs_and_entropy (chunked autograd)",
+        "logprobs": {"path": _learner_logprob_path(),
                      "chunk_tokens": lc.loss.logprob_chunk_size, "micro_batch_tokens": lc.micro_batch_tokens,
                      "chunk_fp32_gib": round(lc.loss.logprob_chunk_size * vocab * 4 / GIB, 2),
                      "logits_fp32_gib_per_micro_batch": round(lc.micro_batch_tokens * vocab * 4 / GIB, 2),

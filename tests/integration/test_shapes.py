@@ -52,3 +52,4 @@ def test_shapes_run_fits_and_reports_its_figures(tmp_path):
     assert all(s > 0 for s in f["weight_sync"]["publish_s"]) and f["weight_sync"]["publish_to_served_s"]
     assert all(t > 0 for t in f["tokens_per_s"]["learner_per_step"])
     assert f["logprobs"]["chunk_tokens"] == 1024
+    assert f["logprobs"]["path"] == "learner.logprobs.logprobs_and_entropy"     # the chunked one, not the naive one
