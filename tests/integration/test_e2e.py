@@ -5,7 +5,7 @@
   its console is what a user reads (one line per step, the end-of-run summary, no engine noise);
   then the monitoring notebook runs against that finished run directory, no server running;
 - off-policy reuse-4 (16 updates per step), run in-process: lag > 0 is observed and bounded,
-  clip-higher is in force, and accuracy rises too.
+  clip-higher is in force, and accuracy rises too (slow: ~5.5 min).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.integration.test_monitor_notebook import _pngs, kernel_env, run_notebook  # noqa: F401
@@ -31,11 +32,17 @@ def _metrics(run_path: Path) -> list[dict]:
 
 
 def _assert_accuracy_rose(summary: dict) -> None:
-    evals = summary["evals"]
-    first, last = evals[0]["eval/avg@n"], evals[-1]["eval/avg@n"]
-    best = max(e["eval/avg@n"] for e in evals[1:])
-    print(f"held-out avg@n: {[round(e['eval/avg@n'], 3) for e in evals]}")
-    assert best >= first + MIN_GAIN and last > first, f"accuracy did not rise: {evals}"
+    """The best evaluation beats the first by MIN_GAIN, and the later half of the run holds at least half
+    that gain on average. A single late evaluation is not the test: at the tiny world's lr the policy
+    wanders +-0.07 avg@n from one evaluation to the next (measured on two 60-step on-policy runs:
+    0.281 -> [0.282 0.373 0.297 0.370 0.333 0.431] and 0.267 -> [0.333 0.324 0.414 0.351 0.369 0.259];
+    40 steps are too few: 0.269 -> [0.283 0.301 0.312 0.269])."""
+    evals = [e["eval/avg@n"] for e in summary["evals"]]
+    first, later = evals[0], evals[1:]
+    later_half = later[len(later) // 2:]
+    print(f"held-out avg@n: {[round(e, 3) for e in evals]}")
+    assert max(later) >= first + MIN_GAIN, f"accuracy did not rise: {evals}"
+    assert np.mean(later_half) >= first + MIN_GAIN / 2, f"accuracy did not hold its gain: {evals}"
 
 
 def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel_env):  # noqa: F811
@@ -90,6 +97,7 @@ def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> N
     assert "Reloading weights inplace" in engine_log and "Failed to load weights" not in engine_log
 
 
+@pytest.mark.slow     # ~5.5 min: 40 steps of 16 updates (the guard test runs reuse-4 in the loop by default)
 def test_offpolicy_reuse4_tiny_in_process(ray_local, tmp_path, tiny_world):
     from launch.cli import build_config
     from launch.run.driver import run

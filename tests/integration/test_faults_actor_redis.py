@@ -227,8 +227,10 @@ def test_actor_sigkill_mid_run_prompts_reclaimed_books_balance(tmp_path, own_red
     server.stop()
 
 
-@pytest.mark.parametrize("appendfsync,os_crash", [("always", False), ("everysec", False), ("everysec", True)],
-                         ids=["always", "everysec", "everysec-os-crash"])
+@pytest.mark.parametrize("appendfsync,os_crash", [
+    ("always", False),
+    pytest.param("everysec", False, marks=pytest.mark.slow),     # ~100 s each: the default run keeps one
+    pytest.param("everysec", True, marks=pytest.mark.slow)], ids=["always", "everysec", "everysec-os-crash"])
 def test_redis_sigkill_restart_mid_run(tmp_path, own_redis, driver_runs, tiny_world, appendfsync, os_crash):
     """redis-server SIGKILLed mid-run, restarted 2 s later from its directory (same port, password,
     AOF): the run finishes and the books balance. ``os-crash`` also cuts the last second of the AOF,

@@ -28,8 +28,9 @@ def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, caps
     assert "Off-policy sample reuse collapses entropy faster" in html and "data:image/png;base64," in html
     assert "--learner.lr" in html and "[verdict] reuse:" in printed
     # both arms ran with the comparison's one learning rate
-    runs = sorted((out / "runs").iterdir())
+    runs = sorted(p for p in (out / "runs").iterdir() if p.is_dir())
     assert len(runs) == 2
+    assert all(r.with_suffix(".log").is_file() for r in runs)                # each run's own console
     import json
     lrs = {json.loads((r / "config.json").read_text())["learner"]["lr"] for r in runs}
     assert len(lrs) == 1
