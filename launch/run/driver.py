@@ -88,7 +88,7 @@ def run(cfg: RunConfig) -> RunResult:
     from launch.run.feeder import PromptFeeder
     from launch.run.progress import Progress
     from launch.run.prompt_stats import PromptStats
-    from launch.run.summary import build_summary, format_summary, read_metrics
+    from launch.run.summary import build_summary, format_summary, read_evals, read_metrics
     from learner.loop import Learner
     from rewards.problems import append_jsonl, load_problems
     from rewards.workers import RewardPool
@@ -148,6 +148,7 @@ def run(cfg: RunConfig) -> RunResult:
             if _servable(learner, buffer):
                 budget = cfg.data.eval_max_tokens(learner.steps_done)
                 result.evals.append(_evaluate(evaluator, buffer, learner, budget))
+                append_jsonl(result.evals[-1], run_path / "evals.jsonl")   # the whole run's, across resumes
 
         if evaluator:
             evaluate()
@@ -186,7 +187,7 @@ def run(cfg: RunConfig) -> RunResult:
     result.seconds = time.monotonic() - started
     summary = build_summary(run_id=cfg.run_id, preset=cfg.preset, run_path=run_path, steps_total=cfg.steps,
                             seconds=result.seconds, rows=read_metrics(run_path / "metrics.jsonl"),
-                            evals=result.evals, stop_reason=stop_reason)
+                            evals=read_evals(run_path / "evals.jsonl"), stop_reason=stop_reason)
     (run_path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     print(format_summary(summary), flush=True)
     return result

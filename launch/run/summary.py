@@ -24,15 +24,26 @@ def read_metrics(path: Path) -> list[dict]:
     return [rows[k] for k in sorted(rows)]
 
 
+def read_evals(path: Path) -> list[dict]:
+    """The run's evaluation rows from ``evals.jsonl``, all incarnations, one per step in step order
+    (a step evaluated again after a resume: its last row wins)."""
+    if not path.exists():
+        return []
+    rows = {row["step"]: row for row in read_jsonl(path, allow_torn_tail=True)}
+    return [rows[k] for k in sorted(rows)]
+
+
 def read_run_rows(metrics_path: str | Path) -> list[dict]:
-    """A run's step rows (:func:`read_metrics`) plus its evaluation rows: those of the file, or when
-    it has none, the ``evals`` of ``summary.json`` beside it (the driver writes evaluation rows to the
-    buffer's metrics stream and to the summary, not to ``metrics.jsonl``). The run may still be
-    running: a torn last row is skipped, and a missing or unreadable summary adds nothing."""
+    """A run's step rows (:func:`read_metrics`) plus its evaluation rows: those of the file, else
+    ``evals.jsonl`` beside it (the driver appends each evaluation there), else for a run written before
+    that file existed the ``evals`` of its ``summary.json``. The run may still be running: a torn last
+    row is skipped, and a missing or unreadable summary adds nothing."""
     metrics_path = Path(metrics_path)
     rows = read_metrics(metrics_path)
     if any(_is_eval(row) for row in rows):
         return rows
+    if (metrics_path.parent / "evals.jsonl").exists():
+        return rows + read_evals(metrics_path.parent / "evals.jsonl")
     try:
         evals = json.loads((metrics_path.parent / "summary.json").read_text()).get("evals") or []
     except (OSError, ValueError, AttributeError):

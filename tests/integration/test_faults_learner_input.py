@@ -147,6 +147,8 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
         assert all(m["lag/max"] == 0 for m in after)
         summary = json.loads((run_path / "summary.json").read_text())
         assert summary["steps"] == summary["steps_total"] == steps     # the whole run, both incarnations
+        evals = [e["step"] for e in summary["evals"]]                  # ... and both incarnations' evaluations
+        assert evals[0] == 0 and evals[-1] == steps and evals == sorted(set(evals)), evals
         final = ckpt_io.read_learner_state(ckpt_io.latest_checkpoint(run_path))
         assert (final.step, final.version) == (steps, steps)
 

@@ -4,7 +4,7 @@ run's rows read back from its directory (read_run_rows: compare and the science 
 import json
 from pathlib import Path
 
-from launch.run.summary import build_summary, format_summary, read_metrics, read_run_rows
+from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, read_run_rows
 
 RUN = Path("/runs/r1")
 STEPS = [   # three learner steps of made-up figures
@@ -93,3 +93,17 @@ def test_the_science_report_reads_the_same_rows(tmp_path: Path):
 
     _run_dir(tmp_path, STEPS, EVALS)
     assert read_rows(tmp_path) == read_run_rows(tmp_path / "metrics.jsonl") == [*STEPS, *EVALS]
+
+
+def test_evaluations_of_every_incarnation_are_read_back_from_evals_jsonl(tmp_path: Path):
+    """A resumed run's summary keeps the evaluations of the incarnations before it (the driver appends
+    each to evals.jsonl; summary.json is rewritten by the last incarnation)."""
+    from rewards.problems import append_jsonl
+
+    first, resumed_at_2 = {"step": 2, "eval/avg@n": 0.25}, {"step": 2, "eval/avg@n": 0.3}
+    for row in (EVALS[0], first, resumed_at_2, EVALS[1]):        # killed after step 2's evaluation, resumed
+        append_jsonl(row, tmp_path / "evals.jsonl")
+    assert read_evals(tmp_path / "evals.jsonl") == [EVALS[0], resumed_at_2, EVALS[1]]
+    path = _run_dir(tmp_path, STEPS, [EVALS[1]])                 # the last incarnation's summary: step 3 only
+    assert read_run_rows(path) == [*STEPS, EVALS[0], resumed_at_2, EVALS[1]]
+    assert read_evals(tmp_path / "missing.jsonl") == []
