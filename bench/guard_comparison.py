@@ -9,7 +9,8 @@ with ``--seed`` for every arm. Per arm it prints mean ± sd over seeds of: entro
 and last step and its lowest value, the entropy floor the guard's defaults give that run (the largest of
 its floors, ``learner.guard_rules.entropy_floors``), the share of steps trained
 strictly on-policy, the guard's fallbacks, held-out eval avg@n first/last, and wall seconds.
-Everything per run is also written to ``<out>/guard_comparison.json``.
+Everything per run is also written to ``<out>/guard_comparison.json``. A seed whose three runs finished
+(``<out>/seed<N>/ablation.json``) is kept when the bench runs again; an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -61,9 +62,14 @@ def main(argv: list[str] | None = None) -> int:
 
     runs: list[dict] = []
     for seed in args.seeds:
-        print(f"[guard-cmp] seed {seed}: {', '.join(PRESETS)}, {args.steps} steps each", flush=True)
-        report = run_ablation(list(PRESETS), args.out / f"seed{seed}", tiny=True, steps=args.steps,
-                              prefix=f"guard-s{seed}", overrides=["--seed", str(seed)])
+        done = args.out / f"seed{seed}" / "ablation.json"
+        if done.exists() and not any("error" in r for r in json.loads(done.read_text())["runs"]):
+            print(f"[guard-cmp] seed {seed}: done before ({done}), kept", flush=True)
+            report = json.loads(done.read_text())
+        else:       # a run stopped part-way resumes from its last checkpoint (same run id)
+            print(f"[guard-cmp] seed {seed}: {', '.join(PRESETS)}, {args.steps} steps each", flush=True)
+            report = run_ablation(list(PRESETS), args.out / f"seed{seed}", tiny=True, steps=args.steps,
+                                  prefix=f"guard-s{seed}", overrides=["--seed", str(seed)])
         for run in report["runs"]:
             if "error" in run:
                 print(f"[guard-cmp] seed {seed} {run['preset']} FAILED: {run['error']}", flush=True)
