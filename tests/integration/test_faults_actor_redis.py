@@ -53,7 +53,12 @@ class DriverRun(DriverProcess):
                          log_path=tmp_path / f"{run_id}.log", args=[*self.BASE_ARGS, *args])
 
     def steps_done(self) -> int:
-        return int(self.client.xlen(self.keys.metrics))
+        """Learner steps finished, from the driver's metrics.jsonl. Not the metrics stream's length: the
+        stream is capped (``buffer.metrics_maxlen``; 100 in the soak), so its length stops at the cap,
+        and a 30-minute soak read a 1163 s "stall" from a learner whose longest step took 13.6 s."""
+        from launch.run.summary import read_metrics
+
+        return len(read_metrics(self.run_path / "metrics.jsonl"))
 
     def wait_for(self, condition, what: str, timeout_s: float = 300.0, poll_s: float = 0.2):
         return super().wait_for(condition, what, timeout_s, poll_s)
