@@ -63,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict] = []
     for seed in args.seeds:
         done = args.out / f"seed{seed}" / "ablation.json"
-        if done.exists() and not any("error" in r for r in json.loads(done.read_text())["runs"]):
+        report = json.loads(done.read_text()) if done.exists() else None
+        if report is not None and not any("error" in r for r in report["runs"]):
             print(f"[guard-cmp] seed {seed}: done before ({done}), kept", flush=True)
-            report = json.loads(done.read_text())
         else:       # a run stopped part-way resumes from its last checkpoint (same run id)
             print(f"[guard-cmp] seed {seed}: {', '.join(PRESETS)}, {args.steps} steps each", flush=True)
             report = run_ablation(list(PRESETS), args.out / f"seed{seed}", tiny=True, steps=args.steps,

@@ -37,17 +37,16 @@ TINY_SFT_EXAMPLES = 512
 def write_tiny_sft_data(out: Path, train_path: Path) -> tuple[str, str]:
     """Two JSONL files of correct tiny-task traces for the two SFT stages: disjoint slices of the
     training split (the held-out problems never appear in it)."""
-    from launch.tiny.task import PROMPT_TEMPLATE
-    from rewards.problems import load_problems, write_jsonl
+    from launch.tiny.task import read_problems
+    from rewards.problems import write_jsonl
 
-    train = load_problems(train_path)
+    train = read_problems(train_path)
     if len(train) < 2 * TINY_SFT_EXAMPLES:
         raise ValueError(f"{train_path}: {len(train)} problems, the two SFT stages need {2 * TINY_SFT_EXAMPLES}")
     paths = []
     for i, name in enumerate(("sft1.jsonl", "sft2.jsonl")):
         chunk = train[i * TINY_SFT_EXAMPLES:(i + 1) * TINY_SFT_EXAMPLES]
-        write_jsonl([{"prompt": PROMPT_TEMPLATE.format(problem=p.problem), "response": f"\\boxed{{{p.answer}}}"}
-                     for p in chunk], out / name)
+        write_jsonl([{"prompt": p.prompt, "response": p.solution} for p in chunk], out / name)
         paths.append(str(out / name))
     return paths[0], paths[1]
 

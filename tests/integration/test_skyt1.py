@@ -38,7 +38,6 @@ def _curve(figures: dict) -> dict[int, float]:
 
 def test_sft_prime_sft_rloo_chain_on_the_tiny_world(tmp_path, tiny_world):
     from launch.skyt1_pipeline import main
-    from rewards.problems import load_problems
 
     out = tmp_path / "skyt1"
     stages = main(["--tiny", "--out", str(out),
@@ -46,9 +45,9 @@ def test_sft_prime_sft_rloo_chain_on_the_tiny_world(tmp_path, tiny_world):
     assert json.loads((out / "pipeline.json").read_text()) == stages
 
     # the SFT data the pipeline wrote: correct traces of training problems, disjoint, none held out
-    from launch.tiny.task import PROMPT_TEMPLATE
-    gold = {PROMPT_TEMPLATE.format(problem=p.problem): p.answer for p in load_problems(tiny_world.train_path)}
-    held_out = {PROMPT_TEMPLATE.format(problem=p.problem) for p in load_problems(tiny_world.val_path)}
+    from launch.tiny.task import read_problems
+    gold = {p.prompt: p.answer for p in read_problems(tiny_world.train_path)}
+    held_out = {p.prompt for p in read_problems(tiny_world.val_path)}
     sft = [[json.loads(line) for line in (out / f"sft{i}.jsonl").read_text().splitlines()] for i in (1, 2)]
     prompts = [{r["prompt"] for r in rows} for rows in sft]
     assert len(prompts[0]) == len(prompts[1]) == 512 and not prompts[0] & prompts[1]
