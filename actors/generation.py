@@ -73,10 +73,12 @@ class GenerationActorImpl:
         ``log_dir``: where the engine logs (``<run>/logs``; None: this process's stdout)."""
         from actors.engine import build_llm
         from actors.model_source import resolve_model_dir
+        from actors.priority import warn_if_niced
         from actors.transport import transport_for
         from buffer import RunBuffer
 
         self.actor_id, self.cfg = actor_id, cfg
+        warn_if_niced(f"generation actor {actor_id}")
         self.model_dir = model_dir = resolve_model_dir(model_dir)   # ModelUnavailable names path and node
         if log_dir is not None:
             from actors.engine_logs import route_engine_logs

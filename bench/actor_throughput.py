@@ -177,6 +177,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from actors.config import ActorConfig
+    from actors.priority import SYSTEM_CONFIG
     from actors.factory import create_generation_actors, fan_out, start_loops
     from buffer import EmbeddedRedis, RunBuffer
     from launch.tiny.build import ensure_tiny_world
@@ -204,7 +205,7 @@ def main() -> int:
             EmbeddedRedis(tmp, stop_at_exit=True) as server:
         ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
                  num_cpus=max(2, int((len(variants) + 1) * args.num_cpus + 0.999)), log_to_driver=False,
-                 configure_logging=False, runtime_env={"env_vars": env})
+                 configure_logging=False, runtime_env={"env_vars": env}, _system_config=SYSTEM_CONFIG)
         actors, bare, loops, info, runners = {}, None, [], {}, {}
         try:
             for v in variants:    # one actor per variant, each in its own run namespace (own prompts stream)

@@ -165,6 +165,7 @@ def measure_collective(params, args, ctx) -> tuple[list[float], int, list[float]
 def measure_object_store(params, args) -> list[float]:
     import ray
 
+    from actors.priority import SYSTEM_CONFIG
     from actors.transport.object_store import RayObjectStoreTransport
 
     @ray.remote(num_cpus=0)
@@ -181,7 +182,7 @@ def measure_object_store(params, args) -> list[float]:
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
              object_store_memory=int(sum(t.numel() * t.element_size() for _, t in params) * 2.2) + (256 << 20),
-             log_to_driver=False)
+             log_to_driver=False, _system_config=SYSTEM_CONFIG)
     try:
         transport = RayObjectStoreTransport("bench", keep=1)
         fetchers = [Fetcher.options(num_gpus=1 if args.device == "cuda" else 0).remote(

@@ -54,8 +54,10 @@ class LearnerRank:
     def setup(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int, addr: str, port: int,
               device: str, local_rank: int) -> dict[str, Any]:
         from actors.model_source import resolve_model_dir
+        from actors.priority import warn_if_niced
 
         model_dir = resolve_model_dir(model_dir)    # this node's copy; ModelUnavailable names path and node
+        warn_if_niced(f"learner rank {self.rank}")
         # Quiet by default: a run's console is its progress lines. DS_ACCELERATOR named up front
         # spares DeepSpeed's "unable to detect an accelerator" warning; model loads and checkpoint
         # writes show no progress bars.

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from actors.priority import SYSTEM_CONFIG
+
 # vLLM on CPU: a small KV cache, and the engine core in-process (no extra subprocess to reap).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -40,7 +42,7 @@ def ray_local():
     if not ray.is_initialized():
         # address="local": never attach to a cluster found via RAY_ADDRESS or /tmp/ray.
         ray.init(address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=True, configure_logging=False,
+                 log_to_driver=True, configure_logging=False, _system_config=SYSTEM_CONFIG,
                  runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     yield ray
     ray.shutdown()

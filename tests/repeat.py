@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -56,10 +57,15 @@ def run_once(selection: list[str], report: Path, timeout_s: float) -> tuple[dict
     """One pytest run; returns (test id -> 'passed' | 'failed: <first line>' | 'skipped', seconds)."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *selection]
     t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s)
+        proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        _interrupt(proc)
         return {"<run>": f"failed: no result after {timeout_s:.0f}s"}, time.monotonic() - t0
+    except BaseException:           # Ctrl-C / SIGTERM: let pytest tear its servers down first
+        _interrupt(proc)
+        raise
     seconds = time.monotonic() - t0
     if not report.exists():
         return {"<run>": "failed: pytest wrote no report"}, seconds
@@ -77,6 +83,21 @@ def run_once(selection: list[str], report: Path, timeout_s: float) -> tuple[dict
     return outcomes, seconds
 
 
+def _interrupt(proc: subprocess.Popen, grace_s: float = 60.0) -> None:
+    """SIGINT, as Ctrl-C would: pytest runs its fixtures' teardown (Ray, redis-server); SIGKILL
+    only if it has not ended after ``grace_s``."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--runs", type=int, default=5, help="runs per mode (default 5)")
@@ -85,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per pytest run")
     ap.add_argument("selection", nargs="+", help="pytest arguments: files, node ids, -k/-m filters")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)     # `kill` stops the hogs and the run too
 
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     failures: dict[str, set[str]] = defaultdict(set)
@@ -98,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     outcomes, seconds = run_once(args.selection, report, args.timeout)
                 passed = sum(v == "passed" for v in outcomes.values())
-                print(f"[repeat] {mode} run {i + 1}/{args.runs}: {passed}/{len(outcomes)} passed in {seconds:.0f}s",
-                      flush=True)
+                failed = sorted(n for n, v in outcomes.items() if v.startswith("failed"))
+                print(f"[repeat] {mode} run {i + 1}/{args.runs}: {passed}/{len(outcomes)} passed in {seconds:.0f}s"
+                      + (f"; failed: {', '.join(failed)}" if failed else ""), flush=True)
                 for name, outcome in outcomes.items():
                     counts[name][mode] += outcome == "passed"
                     counts[name][f"{mode}/ran"] += outcome != "skipped"
@@ -116,4 +139,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stop:
+        print(f"[repeat] interrupted ({stop or 'Ctrl-C'}): the hogs and the pytest run were stopped", flush=True)
+        sys.exit(130)

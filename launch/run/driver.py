@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.priority import SYSTEM_CONFIG
 from buffer.server import write_private
 from launch.config import RunConfig
 
@@ -46,8 +47,10 @@ def _init_ray(cfg: RunConfig) -> None:
         ray.init(runtime_env={"env_vars": env} if env else None)
         return
     needed = cfg.actors.num_actors * cfg.actors.num_cpus + cfg.learner.num_ranks * cfg.learner.cpus_per_rank + 2
+    # workers at nice 0, not Ray's 15: they are the run (actors.priority)
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), include_dashboard=False,
-             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=_local_resources(cfg))
+             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=_local_resources(cfg),
+             _system_config=SYSTEM_CONFIG)
 
 
 def _local_resources(cfg: RunConfig) -> dict[str, float]:

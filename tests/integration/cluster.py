@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 
+from actors.priority import START_ENV
 from tests.conftest import find_free_port
 
 VENV_BIN = Path(sys.executable).parent
@@ -164,7 +165,7 @@ class LocalCluster:
         else:
             args += ["--address", self.gcs]
         log_path = self.root / f"ray-{name}.log"
-        node_env = {**self.env, "LAGRL_NODE_CACHE": str(temp_dir / "lagrl-cache")}
+        node_env = {**self.env, **START_ENV, "LAGRL_NODE_CACHE": str(temp_dir / "lagrl-cache")}
         proc = subprocess.Popen(args, env=node_env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT,
                                 start_new_session=True)
         node = Node(name=name, resources=resources, temp_dir=temp_dir, proc=proc, log_path=log_path)

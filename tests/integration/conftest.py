@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.priority import START_ENV
 from tests.conftest import find_free_port
 
 VENV_BIN = Path(sys.executable).parent
@@ -121,7 +122,7 @@ def ray_head(tmp_path):
         "metrics-export-port", "ray-client-server-port", "node-manager-port", "object-manager-port")]
     # Token auth (as the README recommends), with a token private to this test instead of ~/.ray/auth_token.
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "RAY_DEDUP_LOGS": "0",
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), **START_ENV}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(
         [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
