@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<{width}}  " + "  ".join(f"{c:>9}" for c in cells))
         for line in sorted(failures[name]):
             print(f"{'':<{width}}    {line}")
-    return 1 if failures else 0
+    return 1 if any(failures.values()) else 0
 
 
 if __name__ == "__main__":
