@@ -98,18 +98,8 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-n", "--runs", type=int, default=5, help="runs per mode (default 5)")
-    ap.add_argument("--modes", nargs="+", choices=("idle", "load"), default=["idle", "load"])
-    ap.add_argument("--hogs", type=int, default=os.cpu_count() or 2, help="spinning processes under load")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per pytest run")
-    ap.add_argument("selection", nargs="+", help="pytest arguments: files, node ids, -k/-m filters")
-    args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)     # `kill` stops the hogs and the run too
-
-    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    failures: dict[str, set[str]] = defaultdict(set)
+def run_all(args, counts, failures) -> None:
+    """``args.runs`` runs per mode; fills ``counts`` and ``failures`` as each run finishes."""
     with tempfile.TemporaryDirectory(prefix="lagrl-repeat-") as tmp:
         for mode in args.modes:
             for i in range(args.runs):
@@ -128,6 +118,27 @@ def main(argv: list[str] | None = None) -> int:
                     counts[name][f"{mode}/ran"] += outcome != "skipped"
                     if outcome.startswith("failed"):
                         failures[name].add(f"{mode}: {outcome}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--runs", type=int, default=5, help="runs per mode (default 5)")
+    ap.add_argument("--modes", nargs="+", choices=("idle", "load"), default=["idle", "load"])
+    ap.add_argument("--hogs", type=int, default=os.cpu_count() or 2, help="spinning processes under load")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per pytest run")
+    ap.add_argument("selection", nargs="+", help="pytest arguments: files, node ids, -k/-m filters")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)     # `kill` stops the hogs and the run too
+
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    failures: dict[str, set[str]] = defaultdict(set)
+    interrupted = False
+    try:
+        run_all(args, counts, failures)
+    except KeyboardInterrupt as stop:       # the runs that finished still count
+        interrupted = True
+        print(f"[repeat] interrupted ({stop or 'Ctrl-C'}): the hogs and the pytest run were stopped; "
+              "the table counts the runs that finished", flush=True)
     width = max((len(n) for n in counts), default=10)
     print(f"\n{'test':<{width}}  " + "  ".join(f"{m:>9}" for m in args.modes))
     for name in sorted(counts):
@@ -135,12 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<{width}}  " + "  ".join(f"{c:>9}" for c in cells))
         for line in sorted(failures[name]):
             print(f"{'':<{width}}    {line}")
+    if interrupted:
+        return 130
     return 1 if any(failures.values()) else 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt as stop:
-        print(f"[repeat] interrupted ({stop or 'Ctrl-C'}): the hogs and the pytest run were stopped", flush=True)
-        sys.exit(130)
+    sys.exit(main())
