@@ -156,7 +156,8 @@ def run(cfg: RunConfig) -> RunResult:
         if evaluator:
             evaluate()
         feeder.start()
-        progress = Progress(cfg.steps, start_step=learner.steps_done)
+        progress = Progress(cfg.steps, start_step=learner.steps_done,
+                            deadline=started + cfg.max_wall_s if cfg.max_wall_s else None)
         stage = cfg.data.stage_at(learner.steps_done)[0]
         while learner.steps_done < cfg.steps and not stop.requested:
             if cfg.max_wall_s and time.monotonic() - started > cfg.max_wall_s:

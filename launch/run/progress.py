@@ -8,13 +8,19 @@ from learner.step_metrics import summary_line
 
 
 class Progress:
-    def __init__(self, total_steps: int, start_step: int = 0):
+    """``deadline`` (a time.monotonic() value, from ``max_wall_s``) caps the ETA: a soak asks for
+    100000 steps and stops on its wall clock."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, deadline: float | None = None):
         self.total, self.start_step, self.t0 = total_steps, start_step, time.monotonic()
+        self.deadline = deadline
 
     def line(self, m: dict, gen_tokens_per_s: float = 0.0) -> str:
         step = int(m.get("step", 0)) + 1
         done = max(step - self.start_step, 1)
         per_step = (time.monotonic() - self.t0) / done
         eta = per_step * max(self.total - step, 0)
+        if self.deadline is not None:
+            eta = min(eta, max(self.deadline - time.monotonic(), 0.0))
         return (f"[step {step}/{self.total}] {summary_line(m)} | gen {gen_tokens_per_s:.0f} tok/s "
                 f"| {per_step:.1f}s/step ETA {eta / 60:.1f} min")
