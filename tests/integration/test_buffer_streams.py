@@ -357,6 +357,23 @@ def test_versions_atomic_monotonic_and_waitable(make_buf):
     timer.join()
 
 
+def test_version_history_is_capped_and_a_waiter_still_wakes(make_buf):
+    """Thousands of publishes (a long off-policy run) keep a bounded history, and ``wait`` still
+    wakes on the next publish after the stream has been trimmed under it."""
+    from buffer.versions import VERSION_HISTORY_MAXLEN
+
+    buf, n = make_buf(), 3 * VERSION_HISTORY_MAXLEN
+    for v in range(1, n + 1):
+        buf.publish_version(v, f"ray://v{v}")
+    assert buf.get_version() == (n, f"ray://v{n}")
+    # MAXLEN ~ trims whole radix-tree nodes (100 entries each by default): at most one node over the cap
+    assert VERSION_HISTORY_MAXLEN <= buf.client.xlen(buf.keys.versions) <= VERSION_HISTORY_MAXLEN + 100
+    timer = threading.Timer(0.2, buf.publish_version, args=(n + 1, "ray://next"))
+    timer.start()
+    assert buf.wait_for_version(n + 1, timeout_s=5) == n + 1
+    timer.join()
+
+
 def test_meta_metrics_heartbeat_round_trip(make_buf):
     buf = make_buf()
     buf.set_meta(config={"lr": 1e-6, "steps": 3}, model_path="/m", tokenizer_path="/t")
