@@ -156,11 +156,11 @@ def run(cfg: RunConfig) -> RunResult:
         if evaluator:
             evaluate()
         feeder.start()
-        progress = Progress(cfg.steps, start_step=learner.steps_done,
-                            deadline=started + cfg.max_wall_s if cfg.max_wall_s else None)
+        deadline = started + cfg.max_wall_s if cfg.max_wall_s else None
+        progress = Progress(cfg.steps, start_step=learner.steps_done, deadline=deadline)
         stage = cfg.data.stage_at(learner.steps_done)[0]
         while learner.steps_done < cfg.steps and not stop.requested:
-            if cfg.max_wall_s and time.monotonic() - started > cfg.max_wall_s:
+            if deadline is not None and time.monotonic() > deadline:
                 stop_reason = f"max_wall_s={cfg.max_wall_s} reached"
                 print(f"[driver] {stop_reason}", flush=True)
                 break

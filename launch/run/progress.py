@@ -16,11 +16,10 @@ class Progress:
         self.deadline = deadline
 
     def line(self, m: dict, gen_tokens_per_s: float = 0.0) -> str:
-        step = int(m.get("step", 0)) + 1
-        done = max(step - self.start_step, 1)
-        per_step = (time.monotonic() - self.t0) / done
+        now, step = time.monotonic(), int(m.get("step", 0)) + 1
+        per_step = (now - self.t0) / max(step - self.start_step, 1)
         eta = per_step * max(self.total - step, 0)
         if self.deadline is not None:
-            eta = min(eta, max(self.deadline - time.monotonic(), 0.0))
+            eta = min(eta, max(self.deadline - now, 0.0))
         return (f"[step {step}/{self.total}] {summary_line(m)} | gen {gen_tokens_per_s:.0f} tok/s "
                 f"| {per_step:.1f}s/step ETA {eta / 60:.1f} min")
