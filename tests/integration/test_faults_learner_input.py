@@ -418,7 +418,7 @@ def test_sandbox_cannot_reach_the_run_redis_or_the_network(own_redis):
     limits = SandboxLimits(timeout_s=3.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
     isolation = isolation_report(limits)
     if "net" not in isolation:
-        pytest.skip(f"no network namespace on this host ({isolation}); rewards/sandbox.py documents "
+        pytest.skip(f"no network namespace on this host ({isolation}); rewards/sandbox/runner.py documents "
                     "that the fallback has no network isolation")
     server = own_redis()
     import redis as redis_py

@@ -9,9 +9,9 @@ import time
 import psutil
 
 try:
-    from rewards import _sandbox_cgroup
+    from rewards.sandbox import cgroup as sandbox_cgroup
 except ImportError:  # a checkout from before per-sandbox cgroups (the tests also run against it)
-    _sandbox_cgroup = None
+    sandbox_cgroup = None
 
 SANDBOX_UID_MIN = 100_000  # private uids: programs from 100000, judges from 100000 + 2**24
 
@@ -42,12 +42,12 @@ def leftover_processes() -> list[psutil.Process]:
 
 
 def leftover_cgroups() -> list[str]:
-    parent = _sandbox_cgroup._parent() if _sandbox_cgroup else None
-    left = glob.glob(f"{parent}/{_sandbox_cgroup.PREFIX}*") if parent else []
-    cpu = getattr(_sandbox_cgroup, "V1_CPU_ROOT", None)
+    parent = sandbox_cgroup._parent() if sandbox_cgroup else None
+    left = glob.glob(f"{parent}/{sandbox_cgroup.PREFIX}*") if parent else []
+    cpu = getattr(sandbox_cgroup, "V1_CPU_ROOT", None)
     if cpu and parent:  # v1 cpu twins: that hierarchy is shared with every sandbox here, so only ours
-        cpu_parent = _sandbox_cgroup._v1_parent(_sandbox_cgroup._own(), cpu, "cpu")
-        left += glob.glob(f"{cpu_parent}/{_sandbox_cgroup.PREFIX}{os.getpid()}.*") if cpu_parent else []
+        cpu_parent = sandbox_cgroup._v1_parent(sandbox_cgroup._own(), cpu, "cpu")
+        left += glob.glob(f"{cpu_parent}/{sandbox_cgroup.PREFIX}{os.getpid()}.*") if cpu_parent else []
     return left
 
 

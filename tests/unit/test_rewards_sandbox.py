@@ -1,4 +1,4 @@
-"""Code sandbox: one adversarial test per property of the threat model (rewards/sandbox.py docstring).
+"""Code sandbox: one adversarial test per property of the threat model (rewards/sandbox/runner.py docstring).
 
 Each test checks the attack is contained *and* the host is left healthy: no process of a sandbox uid
 survives, the test process is alive, its memory did not balloon.

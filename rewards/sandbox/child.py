@@ -1,17 +1,17 @@
-"""The untrusted side of the code sandbox: runs in a process forked by _sandbox_init, one per test.
+"""The untrusted side of the code sandbox: runs in a process forked by init, one per test.
 
 Order matters: fds first (so nothing of the host's pipes is reachable), then limits, then the
 privilege drop (setuid to a throwaway uid; NPROC is counted per uid, and a non-root
 uid can neither signal init nor undo the limits), then the program. The seccomp filter and the
-memory cgroup are already in force: they are init's, inherited at fork (rewards/_sandbox_seccomp.py,
-rewards/_sandbox_cgroup.py).
+memory cgroup are already in force: they are init's, inherited at fork (rewards/sandbox/seccomp.py,
+rewards/sandbox/cgroup.py).
 
 What this process reports, and why forging it gains nothing:
   * stdio tests: stdout and the exit status (compared by the host); a status record goes to fd 3;
   * call tests: the return value as plain data (exact builtin types, so an object with
     `__eq__ = lambda *a: True` is refused) in the fd-3 record; the expected value never enters the
     sandbox, so a program that writes its own record only chooses its return value;
-  * assert tests: nothing. The test code runs in a separate judge process (_sandbox_judge.py) that
+  * assert tests: nothing. The test code runs in a separate judge process (judge.py) that
     asks this one, over fd 3 (a socketpair), to call the program's functions; the assertions, their
     expected values and the verdict stay in the judge, which the program cannot reach.
 The fd-3 record carries a per-test nonce from init, so an early exit after a hand-written record is

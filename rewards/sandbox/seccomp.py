@@ -1,7 +1,7 @@
 """A seccomp filter for the code sandbox: refuse the system calls a test program never needs and that
-either escape the memory accounting or open kernel code (threat model: rewards/sandbox.py).
+either escape the memory accounting or open kernel code (threat model: rewards/sandbox/runner.py).
 
-Loaded by path from _sandbox_init.py (stdlib only). Init installs the filter on itself once its
+Loaded by path from init.py (stdlib only). Init installs the filter on itself once its
 namespaces and mounts are set up; every process it forks afterwards (the test program, its children,
 the assert judge) inherits it, and a filter can never be removed. Classic BPF, built here by hand
 (no dependency): the kernel runs it on every system call with `struct seccomp_data` as input:

@@ -1,9 +1,9 @@
-"""The trusted side of the code sandbox, run as `python -I _sandbox_init.py` (threat model: rewards/sandbox.py).
+"""The trusted side of the code sandbox, run as `python -I init.py` (threat model: rewards/sandbox/runner.py).
 
 Reads one JSON job on stdin, writes one JSON report on stdout. Imports only the stdlib and psutil,
-nothing from lagrl; its siblings are loaded by path: _sandbox_fs (namespaces, mounts), _sandbox_seccomp
-(the system-call filter), _sandbox_cgroup (memory counters), _sandbox_child (the untrusted side),
-_sandbox_judge and _sandbox_wire (assert tests). Shape of the process tree:
+nothing from lagrl; its siblings are loaded by path: fs (namespaces, mounts), seccomp
+(the system-call filter), cgroup (memory counters), child (the untrusted side),
+judge and wire (assert tests). Shape of the process tree:
 
     reward worker ── launcher (this file, new session) ── init (pid 1 of a new pid namespace, root,
                                                            unkillable from inside, seccomp-filtered)
@@ -116,7 +116,7 @@ class _Siblings:
 
     def __init__(self, judged: bool):
         for name in ("fs", "seccomp", "cgroup", "sockets", "child") + (("judge", "wire") if judged else ()):
-            setattr(self, name, _load(f"_sandbox_{name}"))
+            setattr(self, name, _load(name))
         if not judged:
             self.judge = self.wire = None
 
@@ -336,7 +336,7 @@ def _oom_score_adj(value: int) -> None:
 def main() -> None:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the reward worker died: so do we
     # At the cgroup's limit the kernel OOM-kills inside it: the program, never the launcher or init
-    # (forked test processes set their own score back up, see _sandbox_child.confine).
+    # (forked test processes set their own score back up, see child.confine).
     _oom_score_adj(-1000)
     job = json.loads(sys.stdin.buffer.read())
     for test in job["tests"]:  # assert code: an fd for the judge, never a string in our memory

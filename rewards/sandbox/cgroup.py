@@ -1,4 +1,4 @@
-"""One memory cgroup per sandbox run, where the machine lets us make one (threat model: rewards/sandbox.py).
+"""One memory cgroup per sandbox run, where the machine lets us make one (threat model: rewards/sandbox/runner.py).
 
 Why: per-process limits (RLIMIT_AS) and summed RSS miss memory that no process maps: memfd and
 tmpfs files, SysV segments, socket and pipe buffers. The kernel charges all of those to the cgroup of
@@ -18,7 +18,7 @@ Best effort: cpu_limited() says whether it is in force ("cpu" in the sandbox's i
 Where it works: cgroup v1 with a writable memory hierarchy (this project's machines: root in a VM),
 or cgroup v2 where our own cgroup already delegates the memory controller to children. Elsewhere
 (e.g. a container with a read-only /sys/fs/cgroup) create() returns None and the sandbox relies on
-its seccomp filter and RSS watchdog. Loaded by path from _sandbox_init.py: stdlib only.
+its seccomp filter and RSS watchdog. Loaded by path from init.py: stdlib only.
 """
 
 import os

@@ -16,7 +16,7 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     inherited from the worker) and the program runs as a throwaway uid in its own pid namespace with
     a fresh /proc, so neither os.environ nor /proc/<pid>/environ of the worker is reachable;
   * no answers on disk ("rootfs"): in a private mount namespace the program's root is minimal and
-    read-only (rewards/_sandbox_fs.py): /usr, /etc, the merged-/usr links, the Python installation at
+    read-only (rewards/sandbox/fs.py): /usr, /etc, the merged-/usr links, the Python installation at
     its own path, /dev/{null,zero,full,random,urandom}, a fresh /proc and private tmpfs. The checkout
     (datasets with gold answers such as rewards/eval_data, run directories, the default world cache),
     $LAGRL_CACHE, configured data paths, home directories and everything else of the host are absent;
@@ -42,7 +42,7 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     memfd_create and SysV / POSIX-mqueue IPC are refused (memory outside any process), so are
     unshare, setns and clone with namespace flags (no user namespaces, no new kernel surface),
     ptrace and process_vm_*, and kernel interfaces no test needs (bpf, perf, io_uring, keyrings,
-    userfaultfd, mount, modules...); see rewards/_sandbox_seccomp.py;
+    userfaultfd, mount, modules...); see rewards/sandbox/seccomp.py;
   * bounded CPU rate ("cpu"): the same cgroup carries a CPU quota of `cpus` cores (cgroup v2 cpu.max,
     or a twin cgroup in the v1 cpu hierarchy) where the cpu controller can be used, so the program's
     threads and processes together cannot take more than that from the host, however many it starts;
@@ -57,7 +57,7 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     signals from inside its namespace) and the worker lives in another pid namespace;
   * judged where the program cannot reach: expected outputs never enter the sandbox; stdout and
     call-test return values (plain data only: an object with `__eq__` returning True is refused) are
-    compared here. Assert tests run in a judge process of their own (rewards/_sandbox_judge.py):
+    compared here. Assert tests run in a judge process of their own (rewards/sandbox/judge.py):
     another private uid, not dumpable, the test code read from a descriptor only it holds (never in
     the memory the program's process inherits from init); the program's process only answers its
     calls with plain data over a socketpair, and the verdict is written where only the judge and
@@ -113,10 +113,10 @@ from typing import Any, Literal
 
 import psutil
 
-import rewards._sandbox_cgroup as _sandbox_cgroup
+from rewards.sandbox import cgroup as sandbox_cgroup
 
-_INIT = str(Path(__file__).with_name("_sandbox_init.py"))
-_CHECKOUT = str(Path(__file__).resolve().parents[1])
+INIT_SCRIPT = str(Path(__file__).with_name("init.py"))     # run as `python -I init.py`: the launcher's code
+_CHECKOUT = str(Path(__file__).resolve().parents[2])
 # The launcher's (and so the program's) whole environment: nothing is inherited from the worker.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/tmp",
         "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
@@ -198,17 +198,17 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
                "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
                "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base,
                "hidden": hidden_paths(limits)}
-        cgroup = _sandbox_cgroup.create(limits.memory_mb << 20, limits.cpus) if limits.memory_cgroup else None
-        proc = subprocess.Popen([sys.executable, "-I", _INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        cgroup = sandbox_cgroup.create(limits.memory_mb << 20, limits.cpus) if limits.memory_cgroup else None
+        proc = subprocess.Popen([sys.executable, "-I", INIT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
                                 close_fds=True)
         # Into the cgroup while its interpreter starts (a cgroup move waits out an RCU grace period, ~15 ms
         # on a quiet machine, hidden here), and before it reads the job: everything it forks is born inside.
-        if cgroup is not None and not _sandbox_cgroup.adopt(cgroup, proc.pid):
-            _sandbox_cgroup.remove(cgroup)
+        if cgroup is not None and not sandbox_cgroup.adopt(cgroup, proc.pid):
+            sandbox_cgroup.remove(cgroup)
             cgroup = None
         job["cgroup"] = cgroup
-        job["cpu"] = cgroup is not None and _sandbox_cgroup.cpu_limited(cgroup)
+        job["cpu"] = cgroup is not None and sandbox_cgroup.cpu_limited(cgroup)
         try:
             out, err = proc.communicate(json.dumps(job).encode(), timeout=deadline)
         except subprocess.TimeoutExpired:
@@ -231,7 +231,7 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
         if "mount" not in isolation:
             _sweep_files(uids)  # no private tmpfs: what the sandbox left in the host's is ours to remove
         if cgroup is not None:
-            _sandbox_cgroup.remove(cgroup)  # kills anything still inside first
+            sandbox_cgroup.remove(cgroup)  # kills anything still inside first
         shutil.rmtree(base, ignore_errors=True)
     if "fatal" in report:
         return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
@@ -343,9 +343,9 @@ def _sweep_files(uids: tuple[int, ...]) -> None:
 
 
 def sweep_stale_cgroups() -> int:
-    """Remove the sandbox cgroups of workers that died before removing their own (rewards/_sandbox_cgroup.py);
+    """Remove the sandbox cgroups of workers that died before removing their own (rewards/sandbox/cgroup.py);
     called when a reward worker starts. -> how many."""
-    return len(_sandbox_cgroup.sweep_stale())
+    return len(sandbox_cgroup.sweep_stale())
 
 
 def isolation_report(limits: SandboxLimits = SandboxLimits()) -> tuple[str, ...]:

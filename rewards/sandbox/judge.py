@@ -1,12 +1,12 @@
 """The judge of an assert test: runs the test code in a process of its own and reaches the program's
-functions over a channel (threat model: rewards/sandbox.py).
+functions over a channel (threat model: rewards/sandbox/runner.py).
 
 Why a separate process: a program that shares an interpreter with its tests can rewrite their outcome
 (walk the frames up to the harness, patch builtins.exec or json.dumps, install sys.settrace, read
 the asserts' expected values out of memory). Here the test code and its expected values never enter
 the program's process: the judge reads the code from a descriptor init opened (and unlinked) before
 anything else, so it is not in init's memory either, which every forked process inherits. The
-program's process (rewards/_sandbox_child.py) only answers requests — call this, read that attribute,
+program's process (rewards/sandbox/child.py) only answers requests — call this, read that attribute,
 iterate that — with plain data; the judge runs under another private uid, is not dumpable (no
 ptrace, no /proc/<pid>/mem or fd), holds no descriptor the program holds except its end of the
 channel, and writes its verdict to fd 3, which only it and init can reach.
@@ -15,7 +15,7 @@ Names: the test code sees builtins, the prelude, its own definitions and, for an
 mentions, the program's top-level object of that name. A program name never shadows a builtin or a
 prelude name: a program that defines `sorted` or `math` must not compute the test's expected side.
 
-What crosses from the program: plain data of exact builtin types (rewards/_sandbox_wire.py) and
+What crosses from the program: plain data of exact builtin types (rewards/sandbox/wire.py) and
 `Remote` stand-ins for everything else (functions, classes, instances, iterators). A Remote can be
 called, indexed, iterated, measured with len(), turned into str/repr/bool, and its attributes read,
 one request each; it equals only itself and has no arithmetic or ordering, so an object whose

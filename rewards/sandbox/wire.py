@@ -1,7 +1,7 @@
-"""The channel between an assert test's program and its judge (rewards/_sandbox_judge.py): framed JSON
+"""The channel between an assert test's program and its judge (rewards/sandbox/judge.py): framed JSON
 messages carrying values as tagged, exact builtin data.
 
-Loaded by path by _sandbox_init.py (stdlib only) and used on both sides of a socketpair. The program
+Loaded by path by init.py (stdlib only) and used on both sides of a socketpair. The program
 side is untrusted, so decoding builds nothing but plain values and `Remote` stand-ins: no pickle, no
 marshal, no eval; types are exact (a subclass of int with a lying `__eq__` cannot cross), depth and
 frame size are capped. Encoding, JSON value -> Python value:
@@ -11,7 +11,7 @@ frame size are capped. Encoding, JSON value -> Python value:
     {"d": [[k, v], ...]}           dict                 {"b": "hex"} bytes    {"c": [re, im]} complex
     {"i": "hex"}                   int beyond 2**53 (no str-conversion digit limit on either side)
     {"h": n, "type": name}         an object that stays in the program's process (see the judge)
-    {"m": name}                    a module (the judge uses its own copy, see _sandbox_judge._module)
+    {"m": name}                    a module (the judge uses its own copy, see judge._module)
 """
 
 import json

@@ -1,6 +1,6 @@
-"""Namespaces and the private filesystem view, for the sandbox's init (see rewards/sandbox.py).
+"""Namespaces and the private filesystem view, for the sandbox's init (see rewards/sandbox/runner.py).
 
-Loaded by path from _sandbox_init.py (stdlib only). Everything here runs as root before any
+Loaded by path from init.py (stdlib only). Everything here runs as root before any
 untrusted code exists; failures raise, and init reports them instead of running half-isolated.
 """
 

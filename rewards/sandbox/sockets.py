@@ -5,7 +5,7 @@ neither RSS nor RLIMIT_AS sees (32 processes x 128 pairs would hold gigabytes). 
 that memory; without one, init asks the kernel (NETLINK_SOCK_DIAG, the interface `ss -x -m` uses) for
 every unix socket of its network namespace — the sandbox's own, so every socket in it is the
 program's — and adds their send and receive allocations to the RSS it checks. Only meaningful inside
-a private network namespace; loaded by path from _sandbox_init.py (stdlib only).
+a private network namespace; loaded by path from init.py (stdlib only).
 """
 
 import socket
