@@ -20,7 +20,7 @@ PACKAGES = ("actors", "buffer", "learner", "rewards", "launch")
 ALLOWED = {"buffer": set(), "rewards": set(), "actors": {"buffer", "rewards"}, "learner": {"buffer", "actors"}}
 # learner's pure math: functions over tensors and masks, no cluster, store or trainer engine
 PURE_MATH = ("advantages", "loss", "entropy_control", "corrections", "guard_rules", "prime", "rloo", "lag",
-             "reduce")
+             "reduce", "masked")
 HEAVY = {"ray", "redis", "deepspeed"}
 
 
