@@ -3,9 +3,9 @@
 Each ``LearnerRank`` is a process of its own (as ``deepspeed`` launches would give), so
 ``torch.distributed`` state never leaks into the driver. Rank 0 picks the rendezvous address
 (its node IP and a free port), every rank gets MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE /
-LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU). Ranks are
-placed with a PACK placement group, one bundle per rank, each with ``learner.resources`` and, on a
-cluster, off the driver's node (``actors.placement``). Each rank opens the model where its node
+LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU; ``learner.deepspeed_kit``).
+Ranks are placed with a PACK placement group, one bundle per rank, each with ``learner.resources``
+and, on a cluster, off the driver's node (``actors.placement``). Each rank opens the model where its node
 has it (``actors.model_source``: the shared path or the node-local cache).
 
 Every method that runs collectives (setup, train, score, publish, checkpoint) must be called
@@ -62,24 +62,18 @@ class LearnerRank:
         # spares DeepSpeed's "unable to detect an accelerator" warning; model loads and checkpoint
         # writes show no progress bars.
         os.environ.setdefault("DS_ACCELERATOR", "cuda" if device == "cuda" else "cpu")
-        import deepspeed
         import torch
         from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+        from learner.deepspeed_kit import init_distributed, set_rendezvous
 
-        # LOCAL_SIZE stays unset on purpose: with LOCAL_SIZE == WORLD_SIZE DeepSpeed's CPU backend
-        # maps a 69 MB /dev/shm workspace per rank for inference_all_reduce (unused in training)
-        # and never unlinks it. LOCAL_RANK suffices for device placement.
-        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank),
-                          WORLD_SIZE=str(self.world), LOCAL_RANK=str(local_rank))
-        os.environ.pop("LOCAL_SIZE", None)
+        hf_logging.disable_progress_bar()
+        set_rendezvous(addr, port, self.rank, self.world, local_rank)
         if device == "cuda":
             torch.cuda.set_device(0)
         else:
             torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo",
-                                   auto_mpi_discovery=False, verbose=False)
+        init_distributed(device)
         from learner.engine import RankEngine
 
         self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)

@@ -5,7 +5,8 @@ plainly it is one rank on a free loopback port). Every rank builds the same exam
 same split of each batch (``learner.batching.plan_update``: token-budget micro-batches dealt to the
 ranks, equal counts so ZeRO's collectives line up) and trains its share; the per-token loss is
 sum / T_global with T_global the batch's response tokens on all ranks, the world-size factor undoes
-DeepSpeed's gradient average (the RL engine's bookkeeping, ``learner.engine``).
+DeepSpeed's gradient average (the RL engine's bookkeeping, ``learner.engine``; set up and stepped through
+``learner.deepspeed_kit``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,19 +66,6 @@ def update_plan(num_examples: int, cfg: SftConfig) -> list[list[int]]:
     return plan[:total]
 
 
-def _init_distributed(device: str) -> tuple[int, int]:
-    import deepspeed
-
-    if "WORLD_SIZE" not in os.environ:        # run plainly: one rank on a free loopback port
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", auto_mpi_discovery=False,
-                               verbose=False)
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-
-
 def _engine_config(cfg: SftConfig, device: str):
     """The RL learner's engine layout and optimizer for the SFT settings (``deepspeed_config`` reads it)."""
     from learner.config import BatchConfig
@@ -94,16 +81,21 @@ def _engine_config(cfg: SftConfig, device: str):
 def train_sft(cfg: SftConfig) -> dict:
     """Train and write ``cfg.out``; returns the summary also written to ``cfg.out/sft.json``."""
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if _has_cuda() else "cpu")
-    import deepspeed
     import torch
     import torch.distributed as dist
-    from torch.optim.lr_scheduler import LambdaLR
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     from learner.batching import collate, plan_update
-    from learner.checkpoint import copy_tokenizer_files
-    from learner.engine import LinearWarmup, _load_hf_model, clips_itself, deepspeed_config, resolve_dtype
+    from learner.deepspeed_kit import (
+        build_engine,
+        deepspeed_config,
+        init_distributed,
+        load_hf_model,
+        optimizer_step,
+        resolve_dtype,
+        warmup_schedule,
+    )
     from learner.logprobs import logprobs_and_entropy
     from learner.loss import deepspeed_loss_scale
     from rewards.problems import read_jsonl
@@ -114,19 +106,17 @@ def train_sft(cfg: SftConfig) -> dict:
         raise FileExistsError(f"{out} exists: pass --overwrite true or another --out")
     start = time.monotonic()
     device = "cuda" if _has_cuda() else "cpu"
-    rank, world = _init_distributed(device)
+    rank, world = init_distributed(device)
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(cfg.model_dir)
     rows, dropped = tokenize_examples(read_jsonl(cfg.train_path), tokenizer, cfg)
     lc = _engine_config(cfg, device)
-    model = _load_hf_model(cfg.model_dir, resolve_dtype(lc, device), cfg.gradient_checkpointing)
+    model = load_hf_model(cfg.model_dir, resolve_dtype(lc, device), cfg.gradient_checkpointing)
     pad_id = int(model.config.pad_token_id or 0)
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=deepspeed_config(lc, world, device, group_size=1),
-        lr_scheduler=lambda opt: LambdaLR(opt, LinearWarmup(cfg.warmup_steps)))
+    engine, _ = build_engine(model, lc, deepspeed_config(lc, world, device, group_size=1), device,
+                             lr_scheduler=warmup_schedule(cfg.warmup_steps))
     dev = next(engine.module.parameters()).device
     scale = deepspeed_loss_scale(1, world, scale_wrt_gas=False)
     losses = []
@@ -144,10 +134,7 @@ def train_sft(cfg: SftConfig) -> dict:
             loss = -(logp * mb.loss_mask.to(dev)).sum() / counts[0].clamp(min=1)
             engine.backward(loss * scale, scale_wrt_gas=False)
             counts[1] += float(loss.detach())
-        if clips_itself(lc, device) and cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_([p for p in engine.module.parameters() if p.grad is not None],
-                                           cfg.grad_clip)
-        engine.step()
+        optimizer_step(engine, lc, device)
         total = counts[1:].clone()
         dist.all_reduce(total)
         losses.append(float(total))
@@ -156,24 +143,19 @@ def train_sft(cfg: SftConfig) -> dict:
     summary = {"config": cfg.model_dump(), "examples": len(rows), "dropped": dropped, "updates": len(losses),
                "world": world, "losses": losses, "loss_first": losses[0], "loss_last": losses[-1],
                "seconds": time.monotonic() - start}
-    _save(engine, cfg, out, summary, rank, lc.zero_stage, copy_tokenizer_files)
+    _save(engine, cfg, out, summary, rank, lc.zero_stage)
     if world > 1:
         dist.barrier()
     return summary
 
 
-def _save(engine, cfg: SftConfig, out: Path, summary: dict, rank: int, zero_stage: int, copy_tokenizer_files) -> None:
+def _save(engine, cfg: SftConfig, out: Path, summary: dict, rank: int, zero_stage: int) -> None:
     """Rank 0 writes the HF directory next to ``out`` and renames it into place (all ranks gather
     under ZeRO-3)."""
-    import deepspeed
+    from learner.checkpoint import copy_tokenizer_files
+    from learner.deepspeed_kit import cpu_state_dict
 
-    state = {}
-    for name, p in engine.module.named_parameters():
-        if zero_stage == 3:
-            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
-                state[name] = p.data.detach().to("cpu", copy=True)
-        else:
-            state[name] = p.data.detach().to("cpu", copy=True)
+    state = cpu_state_dict(engine.module, zero_stage)
     if rank != 0:
         return
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
