@@ -177,7 +177,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from actors.config import ActorConfig
-    from actors.priority import SYSTEM_CONFIG
+    from cluster.priority import SYSTEM_CONFIG
     from actors.factory import create_generation_actors, fan_out, start_loops
     from buffer import EmbeddedRedis, RunBuffer
     from launch.tiny.build import ensure_tiny_world

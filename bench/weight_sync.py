@@ -165,8 +165,8 @@ def measure_collective(params, args, ctx) -> tuple[list[float], int, list[float]
 def measure_object_store(params, args) -> list[float]:
     import ray
 
-    from actors.priority import SYSTEM_CONFIG
     from actors.transport.object_store import RayObjectStoreTransport
+    from cluster.priority import SYSTEM_CONFIG
 
     @ray.remote(num_cpus=0)
     class Fetcher:

@@ -13,8 +13,16 @@ imported normally (``from rewards.sandbox import cgroup``), as the worker and th
 """
 
 from rewards.sandbox.runner import (
-    INIT_SCRIPT, CodeTest, SandboxLimits, SandboxResult, check_syntax, hidden_paths, isolation_report, run_code,
-    run_tests, sweep_stale_cgroups,
+    INIT_SCRIPT,
+    CodeTest,
+    SandboxLimits,
+    SandboxResult,
+    check_syntax,
+    hidden_paths,
+    isolation_report,
+    run_code,
+    run_tests,
+    sweep_stale_cgroups,
 )
 
 __all__ = ["INIT_SCRIPT", "CodeTest", "SandboxLimits", "SandboxResult", "check_syntax", "hidden_paths",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from actors.priority import START_ENV
+from cluster.priority import START_ENV
 from tests.conftest import find_free_port
 
 VENV_BIN = Path(sys.executable).parent

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.priority import START_ENV
+from cluster.priority import START_ENV
 from tests.conftest import find_free_port
 
 VENV_BIN = Path(sys.executable).parent

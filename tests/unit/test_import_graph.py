@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("actors", "buffer", "learner", "rewards", "launch")
+PACKAGES = ("actors", "buffer", "cluster", "learner", "rewards", "launch")
 
 # DESIGN.md §1: launch -> everything; actors -> buffer, rewards; learner -> buffer (and the weight
 # transport in actors); buffer and rewards import none of the other packages.
-ALLOWED = {"buffer": set(), "rewards": set(), "actors": {"buffer", "rewards"}, "learner": {"buffer", "actors"}}
+ALLOWED = {"buffer": set(), "rewards": set(), "cluster": set(), "actors": {"buffer", "rewards", "cluster"},
+           "learner": {"buffer", "cluster", "actors"}}
 # learner's pure math: functions over tensors and masks, no cluster, store or trainer engine
 PURE_MATH = ("advantages", "loss", "entropy_control", "corrections", "guard_rules", "prime", "rloo", "lag",
              "reduce", "masked")

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from actors.config import ActorConfig
-from actors.placement import placement_line
+from cluster.placement import placement_line
 from launch.config import RunConfig
 from learner.trainer_config import LearnerConfig
 
