@@ -63,7 +63,7 @@ def parse(argv: list[str]) -> tuple[SftConfig, bool]:
 
     from pydantic import ValidationError
 
-    from launch.overrides import ConfigError, _parse_value, split_overrides
+    from launch.overrides import ConfigError, parse_value, split_overrides
 
     print_only = "--print-config" in argv
     argv = [a for a in argv if a != "--print-config"]
@@ -81,7 +81,7 @@ def parse(argv: list[str]) -> tuple[SftConfig, bool]:
         if key not in fields:
             close = difflib.get_close_matches(key, fields, n=2)
             raise SystemExit(f"error: unknown option --{key}" + (f"; did you mean --{close[0]}?" if close else ""))
-    data = {k: _parse_value(v) if SftConfig.model_fields[k].annotation is not str else v for k, v in pairs}
+    data = {k: parse_value(v) if SftConfig.model_fields[k].annotation is not str else v for k, v in pairs}
     if print_only:
         data = {k: "<required>" for k, f in SftConfig.model_fields.items() if f.is_required()} | data
     try:

@@ -34,7 +34,7 @@ class RunResult:
     seconds: float = 0.0
 
 
-def _init_ray(cfg: RunConfig) -> None:
+def init_ray(cfg: RunConfig) -> None:
     import ray
 
     if ray.is_initialized():
@@ -49,11 +49,11 @@ def _init_ray(cfg: RunConfig) -> None:
     needed = cfg.actors.num_actors * cfg.actors.num_cpus + cfg.learner.num_ranks * cfg.learner.cpus_per_rank + 2
     # workers at nice 0, not Ray's 15: they are the run (cluster.priority)
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), include_dashboard=False,
-             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=_local_resources(cfg),
+             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=local_resources(cfg),
              _system_config=SYSTEM_CONFIG)
 
 
-def _local_resources(cfg: RunConfig) -> dict[str, float]:
+def local_resources(cfg: RunConfig) -> dict[str, float]:
     """The custom resources the config asks for (actors.resources, learner.resources), given to the
     local single-node Ray so a config written for a cluster also runs on one machine."""
     need: dict[str, float] = {}
@@ -102,7 +102,7 @@ def run(cfg: RunConfig) -> RunResult:
     write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
 
-    _init_ray(cfg)
+    init_ray(cfg)
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
     url, server = open_buffer_server(cfg.buffer, run_path)
     buffer = RunBuffer.from_url(url, cfg.run_id, cfg.buffer)

@@ -78,10 +78,10 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     import matplotlib
 
     matplotlib.use("Agg")
-    from launch.run.driver import _init_ray, run
+    from launch.run.driver import init_ray, run
     from launch.tools import compare
 
-    _init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
+    init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
     frames, report = {}, {"presets": presets, "out": str(out), "lr": lr, "runs": []}
     for preset, cfg in zip(presets, cfgs):
         print(f"[ablation] === {preset}: {cfg.steps} steps, run {cfg.run_id} ===", flush=True)

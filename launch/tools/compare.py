@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from launch.tools.plots import ENTROPY_KEYS, EVAL_KEYS, STEP, _finish, _line
+from launch.tools.plots import ENTROPY_KEYS, EVAL_KEYS, STEP, draw_line, finish_panel
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -150,9 +150,9 @@ def plot_compare(frames: dict[str, pd.DataFrame], axes=None):
     else:
         fig = axes[0].figure
     for ax, (title, keys) in zip(axes, COMPARE_PANELS):
-        drawn = sum(_line(ax, df, key, color=f"C{i % 10}", label=run if key == keys[0] else f"{run}: {key}")
+        drawn = sum(draw_line(ax, df, key, color=f"C{i % 10}", label=run if key == keys[0] else f"{run}: {key}")
                     for i, (run, df) in enumerate(frames.items()) for key in keys)
-        _finish(ax, title + (" (dashed: eval)" if len(keys) > 1 else ""), drawn, keys, size=10)
+        finish_panel(ax, title + (" (dashed: eval)" if len(keys) > 1 else ""), drawn, keys, size=10)
     fig.tight_layout()
     return fig
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launch.tools.plots import STEP, _finite, _no_data
+from launch.tools.plots import STEP, is_finite, no_data
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,9 +28,9 @@ def pass_at_k_curves(df: pd.DataFrame) -> list[tuple[float, dict[int, float]]]:
     cols = {int(m.group(1)): c for c in df.columns if (m := PASS_AT_K_KEY.match(str(c)))}
     curves = []
     for _, row in df.iterrows():
-        points = {k: float(row[c]) for k, c in sorted(cols.items()) if _finite(row[c])}
+        points = {k: float(row[c]) for k, c in sorted(cols.items()) if is_finite(row[c])}
         if points:
-            curves.append((float(row[STEP]) if _finite(row.get(STEP)) else math.nan, points))
+            curves.append((float(row[STEP]) if is_finite(row.get(STEP)) else math.nan, points))
     return curves
 
 
@@ -47,7 +47,7 @@ def plot_pass_at_k(ax: Axes, frames: dict[str, pd.DataFrame]) -> int:
             ks.update(points)
             drawn += 1
     if not drawn:
-        return _no_data(ax, "pass@k", ["eval/pass@1", "eval/pass@2", "..."])
+        return no_data(ax, "pass@k", ["eval/pass@1", "eval/pass@2", "..."])
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(ks), [str(k) for k in sorted(ks)])
     ax.set_ylim(0, 1.02)

@@ -44,14 +44,14 @@ def _int_keys(h: dict | list) -> dict[int, float]:
 
 
 # ---------------------------------------------------------------- plots (one axis each)
-def _no_data(ax: Axes, title: str, keys: Iterable[str]) -> int:
+def no_data(ax: Axes, title: str, keys: Iterable[str]) -> int:
     ax.set_title(title, fontsize=9)
     ax.text(0.5, 0.5, "no data yet:\n" + "\n".join(keys), ha="center", va="center",
             transform=ax.transAxes, fontsize=8, color="gray")
     return 0
 
 
-def _line(ax: Axes, df: pd.DataFrame, key: str, **style) -> int:
+def draw_line(ax: Axes, df: pd.DataFrame, key: str, **style) -> int:
     """``key`` vs step (dashed with markers for ``eval/*``); returns the points drawn."""
     import pandas as pd
 
@@ -67,9 +67,9 @@ def _line(ax: Axes, df: pd.DataFrame, key: str, **style) -> int:
     return len(s)
 
 
-def _finish(ax: Axes, title: str, drawn: int, keys: Iterable[str], size: int = 9) -> int:
+def finish_panel(ax: Axes, title: str, drawn: int, keys: Iterable[str], size: int = 9) -> int:
     if not drawn:
-        return _no_data(ax, title, keys)
+        return no_data(ax, title, keys)
     ax.set_title(title, fontsize=size)
     ax.set_xlabel(STEP, fontsize=size - 1)
     ax.tick_params(labelsize=size - 2)
@@ -80,7 +80,7 @@ def _finish(ax: Axes, title: str, drawn: int, keys: Iterable[str], size: int = 9
 def plot_series(ax: Axes, df: pd.DataFrame, keys: Iterable[str], title: str) -> int:
     """Each present key as a line vs step; returns the number of points drawn."""
     keys = list(keys)
-    return _finish(ax, title, sum(_line(ax, df, key) for key in keys), keys)
+    return finish_panel(ax, title, sum(draw_line(ax, df, key) for key in keys), keys)
 
 
 def guard_spans(df: pd.DataFrame) -> list[tuple[float, float]]:
@@ -142,7 +142,7 @@ def plot_entropy(ax: Axes, df: pd.DataFrame) -> int:
     n = plot_series(ax, df, ENTROPY_KEYS, "entropy")
     if n and "entropy/coef" in df.columns:
         twin = ax.twinx()
-        coef = _line(twin, df, "entropy/coef", color="tab:red", linewidth=1)
+        coef = draw_line(twin, df, "entropy/coef", color="tab:red", linewidth=1)
         if coef:
             twin.tick_params(labelsize=7, colors="tab:red")
             twin.legend(fontsize=7, loc="lower right")
@@ -176,7 +176,7 @@ def plot_lag_hist(ax: Axes, df: pd.DataFrame) -> int:
     """Lag histogram of the latest step and cumulative over the run (fractions, side by side)."""
     latest, total = lag_hist(df)
     if not total:
-        return _no_data(ax, "lag histogram", ["lag/hist"])
+        return no_data(ax, "lag histogram", ["lag/hist"])
     width = 0.4
     for offset, hist, name in ((-width / 2, latest, "latest step"), (width / 2, total, "cumulative")):
         mass = sum(hist.values()) or 1.0
@@ -196,14 +196,14 @@ def plot_actor_throughput(ax: Axes, actors: dict[str, dict[str, Any]], now: floa
     import time
 
     items = sorted((str(a), s) for a, s in (actors or {}).items() if isinstance(s, dict))
-    bars = [(a, float(s["tokens_per_s"]), s) for a, s in items if _finite(s.get("tokens_per_s"))]
+    bars = [(a, float(s["tokens_per_s"]), s) for a, s in items if is_finite(s.get("tokens_per_s"))]
     if not bars:
-        return _no_data(ax, "actor tokens/s", ["actors: tokens_per_s"])
+        return no_data(ax, "actor tokens/s", ["actors: tokens_per_s"])
     now = time.time() if now is None else now
     names = []
     for a, _, s in bars:
-        age_s = float(s["age_s"]) if _finite(s.get("age_s")) else \
-            now - float(s["time"]) if _finite(s.get("time")) else None
+        age_s = float(s["age_s"]) if is_finite(s.get("age_s")) else \
+            now - float(s["time"]) if is_finite(s.get("time")) else None
         age = f", {age_s:.0f}s ago" if age_s is not None else ""
         err = " ERR" if s.get("last_error") else ""
         names.append(f"{a}\nv{s.get('version', '?')}{age}{err}")
@@ -214,7 +214,7 @@ def plot_actor_throughput(ax: Axes, actors: dict[str, dict[str, Any]], now: floa
     return len(bars)
 
 
-def _finite(v: Any) -> bool:
+def is_finite(v: Any) -> bool:
     try:
         return v is not None and not isinstance(v, bool) and math.isfinite(float(v))
     except (TypeError, ValueError):

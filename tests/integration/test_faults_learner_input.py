@@ -354,9 +354,9 @@ _RAY_PROBE = """
 import json, os, sys, time
 import psutil
 from launch.cli import build_config
-from launch.run.driver import _init_ray
+from launch.run.driver import init_ray
 cfg, _ = build_config(["--tiny"], default_preset="onpolicy")
-_init_ray(cfg)
+init_ray(cfg)
 import ray
 @ray.remote(num_cpus=0)
 def pid():
@@ -390,7 +390,7 @@ RAY_INTERNAL = ("gcs_server", "raylet", "ray::", "autoscaler", "dashboard/dashbo
 
 
 def test_local_ray_started_by_the_driver_exposure(tmp_path):
-    """`_init_ray` (no RAY_ADDRESS): the listening sockets of the Ray processes it starts (the
+    """`init_ray` (no RAY_ADDRESS): the listening sockets of the Ray processes it starts (the
     descendants of the probe process). Asserted: no dashboard HTTP server, and everything that is
     not on 127.0.0.1 is one of Ray's internal servers (the residual exposure above, printed)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REDIS_URL")}

@@ -49,13 +49,13 @@ def test_cli_overrides_reach_placement_fields():
 
 
 def test_local_ray_gets_the_custom_resources_the_config_needs():
-    from launch.run.driver import _local_resources
+    from launch.run.driver import local_resources
 
     cfg = RunConfig.model_validate({"actors": {"num_actors": 3, "resources": {"gen": 0.5, "fast": 1}},
                                     "learner": {"num_ranks": 2, "resources": {"train": 1, "fast": 1}}})
     # 3 actors x 0.5 gen = 1.5 -> 2 whole; fast: 3 x 1 + 2 x 1
-    assert _local_resources(cfg) == {"gen": 2.0, "fast": 5.0, "train": 2.0}
-    assert _local_resources(RunConfig()) == {}
+    assert local_resources(cfg) == {"gen": 2.0, "fast": 5.0, "train": 2.0}
+    assert local_resources(RunConfig()) == {}
 
 
 def test_placement_line_names_every_process():
