@@ -47,7 +47,7 @@ def model_dir(args: argparse.Namespace, tmp: str) -> tuple[str, int]:
     if not args.hidden:
         import json
 
-        from launch.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.build import ensure_tiny_world
         d = ensure_tiny_world().model_dir
         return str(d), json.loads((d / "config.json").read_text())["vocab_size"]
     import torch

@@ -5,8 +5,8 @@
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/real_size_shapes.py --steps 2 --out shapes.json
 
 One actor (vLLM, bf16), one learner rank (DeepSpeed ZeRO-0, fp32, activation checkpointing), a
-local Ray and a private redis-server, 2 groups x 4 responses per step (``launch/shapes/preset.py``
-says what changes from the preset and why; ``launch/shapes/measure.py`` how each figure is taken).
+local Ray and a private redis-server, 2 groups x 4 responses per step (``launch/worlds/shapes/scale.py``
+says what changes from the preset and why; ``launch/worlds/shapes/measure.py`` how each figure is taken).
 The first build of the world takes ~30 s and 1 GB in ``$LAGRL_CACHE``; a run of 3 steps on 2 cores
 takes about 10 minutes.
 """
@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the figures here (JSON)")
     args, extra = ap.parse_known_args()
 
-    from launch.shapes.measure import measure, table
+    from launch.worlds.shapes.measure import measure, table
 
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="lagrl-shapes-")
     figures = measure(["--steps", str(args.steps), "--run_dir", run_dir,

@@ -53,7 +53,7 @@ def weight_set(name: str, device: str):
     if name == "tiny":
         from transformers import AutoModelForCausalLM
 
-        from launch.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.build import ensure_tiny_world
         model = AutoModelForCausalLM.from_pretrained(ensure_tiny_world().model_dir, dtype=torch.float32)
         return [(n, p.detach().to(device)) for n, p in model.named_parameters()]
     q = QWEN25_15B

@@ -12,8 +12,9 @@ temperature (actors sample at it, the learner divides its logits by it), the gro
 seed and the per-stage response budget (``data.stages``). The driver hands them down (prompts carry
 them to the actors; the learner gets them as arguments), so no component holds a copy.
 
-Presets (launch/presets.py) build these objects in Python; `--section.field value` overrides
-any field; the resolved config is printed and saved as JSON in the run directory at start.
+Presets (launch/presets.py) build these objects in Python, a world (launch/worlds/) scales them to
+a CPU machine; `--section.field value` overrides any field; the resolved config is printed and saved
+as JSON in the run directory at start.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from actors.config import ActorConfig
 from buffer.config import BufferConfig
+from launch.worlds import WorldName
 from learner.trainer_config import LearnerConfig
 from rewards.config import RewardConfig
 
@@ -42,8 +44,8 @@ class StageConfig(BaseModel):
 class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny / --reasoning: "
-                                  "that world's model).")
+    model_dir: str | None = Field(None, description="Hugging Face model directory (None in a world: the world's "
+                                  "model).")
     model_source: Literal["auto", "shared", "object_store"] = Field(
         "auto", description="How actors and learner ranks get model_dir (cluster.model_source): 'shared' = the "
         "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "
@@ -91,11 +93,9 @@ class RunConfig(BaseModel):
     steps: int = Field(100, ge=1, description="Learner steps to run.")
     seed: int = Field(0, ge=0, description="The run's one seed: the prompt order, each actor's sampling "
                       "(seed + actor index), the learner's mini-batch shuffles and torch on its ranks.")
-    tiny: bool = Field(False, description="Use the tiny CPU world (built and cached on first use).")
-    shapes: bool = Field(False, description="Use the shapes world: Qwen2.5-0.5B shapes with random weights, "
-                         "512-token responses, a few measured CPU steps (launch.shapes).")
-    reasoning: bool = Field(False, description="Use the reasoning CPU world: running sums written out line by "
-                            "line, 64 -> 128 -> 256-token budgets (launch.reasoning; built and cached on first use).")
+    world: WorldName | None = Field(None, description="The CPU world this config was scaled to (launch.worlds: "
+                                    "its model, data and prompt template, built and cached on first use); None = "
+                                    "data.model_dir and data.train_path.")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
                                "ablation 0.6): the actors sample at it and the learner divides its logits by it.")
     group_size: int = Field(16, ge=2, description="gs: responses sampled per prompt (16 in the paper; >= 2 "
@@ -114,13 +114,6 @@ class RunConfig(BaseModel):
         if cache is not None and cache > shortest:
             raise ValueError(f"learner.advantage.overlong_cache={cache} exceeds the shortest stage budget "
                              f"{shortest}: L_cache must be <= L_max of every stage")
-        return self
-
-    @model_validator(mode="after")
-    def _one_world(self) -> RunConfig:
-        worlds = [name for name in ("tiny", "shapes", "reasoning") if getattr(self, name)]
-        if len(worlds) > 1:
-            raise ValueError(f"{' and '.join(worlds)} are different worlds: pick one")
         return self
 
     @property

@@ -37,7 +37,7 @@ TINY_SFT_EXAMPLES = 512
 def write_tiny_sft_data(out: Path, train_path: Path) -> tuple[str, str]:
     """Two JSONL files of correct tiny-task traces for the two SFT stages: disjoint slices of the
     training split (the held-out problems never appear in it)."""
-    from launch.tiny.task import read_problems
+    from launch.worlds.tiny.task import read_problems
     from rewards.problems import write_jsonl
 
     train = read_problems(train_path)
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     base = args.model_dir
     if args.tiny:
-        from launch.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.build import ensure_tiny_world
         world = ensure_tiny_world()
         base = base or str(world.model_dir)
         if args.sft1_data is None or args.sft2_data is None:

@@ -51,14 +51,14 @@ def ray_local():
 @pytest.fixture(scope="session")
 def tiny_world():
     """The cached tiny world (tokenizer, Qwen2 model, data); built once (~30 s) if missing."""
-    from launch.tiny.build import ensure_tiny_world
+    from launch.worlds.tiny.build import ensure_tiny_world
 
     return ensure_tiny_world()
 
 
 @pytest.fixture(scope="session")
 def reasoning_world():
-    """The cached reasoning world (launch.reasoning); built once (~4 min on 2 cores) if missing."""
-    from launch.reasoning.build import ensure_reasoning_world
+    """The cached reasoning world (launch.worlds.reasoning); built once (~4 min on 2 cores) if missing."""
+    from launch.worlds.reasoning.build import ensure_reasoning_world
 
     return ensure_reasoning_world()

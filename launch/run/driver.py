@@ -224,27 +224,12 @@ def _evaluate(evaluator, buffer, learner, max_tokens: int) -> dict:
 
 def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
     """(model dir, train path, eval path, prompt template when the tokenizer has no chat template)."""
-    if cfg.tiny:
-        from launch.tiny.build import ensure_tiny_world
-        from launch.tiny.task import PROMPT_TEMPLATE
-        world = ensure_tiny_world()
-        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
-                cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
-    if cfg.shapes:
-        from launch.shapes.world import ensure_shapes_world
-        from launch.tiny.task import PROMPT_TEMPLATE
-        world = ensure_shapes_world()
-        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
-                cfg.data.eval_path, PROMPT_TEMPLATE)
-    if cfg.reasoning:
-        from launch.reasoning import PROMPT_TEMPLATE
-        from launch.reasoning.build import ensure_reasoning_world
-        world = ensure_reasoning_world()
-        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
-                cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
+    if cfg.world is not None:
+        from launch.worlds import world_data
+        return world_data(cfg.world, cfg.data)
     if not cfg.data.model_dir or not cfg.data.train_path:
         raise ValueError("--data.model_dir (a Hugging Face model directory) and --data.train_path (a JSONL/"
-                         "parquet of math problems) are required unless --tiny, --shapes or --reasoning")
+                         "parquet of math problems) are required unless a world is chosen (--world, --tiny, ...)")
     return cfg.data.model_dir, cfg.data.train_path, cfg.data.eval_path, "{problem}\n"
 
 

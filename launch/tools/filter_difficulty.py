@@ -192,8 +192,8 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
         records = records[:limit]
     template = "{problem}\n"
     if tiny:
-        from launch.tiny.build import ensure_tiny_world
-        from launch.tiny.task import PROMPT_TEMPLATE
+        from launch.worlds.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.task import PROMPT_TEMPLATE
 
         model_dir, template, chat_template = model_dir or str(ensure_tiny_world().model_dir), PROMPT_TEMPLATE, False
         dtype = "float32" if dtype == "auto" else dtype
@@ -235,10 +235,11 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
 
 def _default_max_tokens(tiny: bool) -> int:
     """The first stage's response budget of the baseline preset (tiny: as --tiny scales it)."""
-    from launch.presets import get_preset, scale_to_tiny
+    from launch.presets import get_preset
+    from launch.worlds import scale_to_world
 
     cfg = get_preset("baseline")
-    return (scale_to_tiny(cfg) if tiny else cfg).data.stages[0].max_tokens
+    return (scale_to_world(cfg, "tiny") if tiny else cfg).data.stages[0].max_tokens
 
 
 def main(argv: list[str] | None = None) -> int:

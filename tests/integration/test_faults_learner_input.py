@@ -203,7 +203,7 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
     from launch.cli import build_config
     from launch.run.data import PromptRenderer
     from launch.run.driver import run
-    from launch.tiny.task import PROMPT_TEMPLATE
+    from launch.worlds.tiny.task import PROMPT_TEMPLATE
 
     monkeypatch.setattr(rewards.workers, "RewardPool", RaisingRewardPool)
     max_bytes, steps, run_id = 64 << 10, 4, "bad-input"

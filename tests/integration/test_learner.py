@@ -51,7 +51,7 @@ def learner_cfg(**kw) -> LearnerConfig:
 
 @pytest.fixture(scope="module")
 def world():
-    from launch.tiny.build import ensure_tiny_world
+    from launch.worlds.tiny.build import ensure_tiny_world
     return ensure_tiny_world()
 
 

@@ -1,4 +1,4 @@
-"""Real-size shapes on CPU (launch/shapes): the shapes world has Qwen2.5-0.5B's architecture and a
+"""Real-size shapes on CPU (launch/worlds/shapes): the shapes world has Qwen2.5-0.5B's architecture and a
 151,936-token tokenizer; two learner steps of the full loop (vLLM actor, Redis, DeepSpeed
 learner) run with 512-token responses inside the machine's memory, and every figure the README
 reports is measured.
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 def test_shapes_world_has_the_real_shapes(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
-    from launch.shapes.world import ensure_shapes_world
+    from launch.worlds.shapes.build import ensure_shapes_world
 
     world = ensure_shapes_world()
     config = AutoConfig.from_pretrained(world.model_dir)
@@ -36,7 +36,7 @@ def test_shapes_world_has_the_real_shapes(tmp_path):
 
 @pytest.mark.slow
 def test_shapes_run_fits_and_reports_its_figures(tmp_path):
-    from launch.shapes.measure import measure, table
+    from launch.worlds.shapes.measure import measure, table
 
     f = measure(["--steps", "2", "--run_dir", str(tmp_path / "runs"), "--run_id", "shapes-test"])
     print(json.dumps(f, indent=1))

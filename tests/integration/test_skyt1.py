@@ -45,7 +45,7 @@ def test_sft_prime_sft_rloo_chain_on_the_tiny_world(tmp_path, tiny_world):
     assert json.loads((out / "pipeline.json").read_text()) == stages
 
     # the SFT data the pipeline wrote: correct traces of training problems, disjoint, none held out
-    from launch.tiny.task import read_problems
+    from launch.worlds.tiny.task import read_problems
     gold = {p.prompt: p.answer for p in read_problems(tiny_world.train_path)}
     held_out = {p.prompt for p in read_problems(tiny_world.val_path)}
     sft = [[json.loads(line) for line in (out / f"sft{i}.jsonl").read_text().splitlines()] for i in (1, 2)]

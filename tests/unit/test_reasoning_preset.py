@@ -8,9 +8,9 @@ import pytest
 from launch.cli import build_config
 from launch.config import RunConfig
 from launch.presets import PRESETS, get_preset
-from launch.reasoning import MAX_MODEL_LEN
-from launch.reasoning.preset import REASONING_LR, scale_to_reasoning
 from launch.science.runner import RunSpec
+from launch.worlds.reasoning import MAX_MODEL_LEN
+from launch.worlds.reasoning.scale import REASONING_LR, scale_to_reasoning
 
 SKYWORK = [n for n in PRESETS if not n.startswith("skyt1")]
 
@@ -18,7 +18,7 @@ SKYWORK = [n for n in PRESETS if not n.startswith("skyt1")]
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_scales_and_round_trips(name):
     cfg = scale_to_reasoning(get_preset(name))
-    assert cfg.reasoning and not cfg.tiny and not cfg.shapes
+    assert cfg.world == "reasoning"
     assert RunConfig.model_validate_json(cfg.model_dump_json()) == cfg
     assert cfg.learner.lr == REASONING_LR                                    # one lr for every arm
     assert cfg.actors.max_model_len == MAX_MODEL_LEN >= cfg.data.max_response_tokens + 96
@@ -53,13 +53,16 @@ def test_overlong_shaping_scales_with_the_budget():
 
 def test_cli_flag_and_worlds_exclusive():
     cfg, _ = build_config(["--reasoning", "--steps", "3"], default_preset="offpolicy_reuse4")
-    assert cfg.reasoning and cfg.steps == 3 and cfg.learner.batch.n_sgd == 16
+    assert cfg.world == "reasoning" and cfg.steps == 3 and cfg.learner.batch.n_sgd == 16
+    assert build_config(["--world", "reasoning", "--steps", "3"], default_preset="offpolicy_reuse4")[0] == cfg
     with pytest.raises(SystemExit):
         build_config(["--reasoning", "--tiny"], default_preset="onpolicy")
     with pytest.raises(SystemExit):
         build_config(["--reasoning", "--shapes"], default_preset="onpolicy")
-    with pytest.raises(ValueError, match="different worlds"):
-        RunConfig(tiny=True, reasoning=True)
+    with pytest.raises(SystemExit):
+        build_config(["--world", "tiny", "--reasoning"], default_preset="onpolicy")
+    with pytest.raises(ValueError, match="world"):
+        RunConfig(world="tiny,reasoning")
 
 
 def test_science_runs_ask_for_the_world_by_its_flag(tmp_path):
@@ -67,7 +70,7 @@ def test_science_runs_ask_for_the_world_by_its_flag(tmp_path):
     argv = spec.argv(tmp_path)
     assert argv[:3] == ["--preset", "onpolicy", "--reasoning"]
     cfg, _ = build_config(argv, default_preset="onpolicy")
-    assert cfg.reasoning and cfg.steps == 3
+    assert cfg.world == "reasoning" and cfg.steps == 3
     assert RunSpec("onpolicy", (), "tiny", 0, 3).argv(tmp_path)[2] == "--tiny"
     assert "--reasoning" not in RunSpec("onpolicy", (), None, 0, 3).argv(tmp_path)
 

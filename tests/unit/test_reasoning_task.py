@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.reasoning.task import (
+from launch.worlds.reasoning.task import (
     K_MAX,
     K_MIN,
     PROMPT_TEMPLATE,
@@ -23,7 +23,7 @@ from launch.reasoning.task import (
     read_jsonl,
     write_jsonl,
 )
-from launch.tiny.tokenizer import train_tokenizer
+from launch.worlds.tiny.tokenizer import train_tokenizer
 from rewards.config import RewardConfig
 from rewards.math_reward import score_math_group
 from rewards.problems import load_problems

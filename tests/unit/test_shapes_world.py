@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from launch.shapes.world import SPECIAL_TOKENS, VOCAB_SIZE, built_vocab, qwen25_05b_config
+from launch.worlds.shapes.build import SPECIAL_TOKENS, VOCAB_SIZE, built_vocab, qwen25_05b_config
 
 
 def test_config_is_qwen25_05b():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from launch.reasoning.task import SumProblem
+from launch.worlds.reasoning.task import SumProblem
 from rewards.math_reward import score_math
 
 

@@ -1,13 +1,16 @@
-"""The one way a CPU world (tiny, shapes, reasoning) is built once and shared.
+"""The one way a CPU world (``launch.worlds``) is built once and shared.
 
 A world is a directory under ``$LAGRL_CACHE`` (default ``<repo>/.cache``) holding ``world.json``
 last. Builds are serialised with a file lock (parallel test workers wait instead of building
 twice) and atomic (a temp directory renamed into place), so no reader ever sees half a world.
+Everything a build writes is a function of its seed, so two builds give byte-identical files; the
+manifest records their SHA-256 (:func:`sha256_file`) so a test can prove it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -63,3 +66,24 @@ def ensure_built(name: str, build: Callable[[Path], dict], cache_dir: Path | Non
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return root, manifest
+
+
+def ensure_world(name: str, build: Callable[[Path], dict], cache_dir: Path | None = None, log=print) -> World:
+    """The world cached as ``cache_dir/name``, built first with ``build(tmp_dir) -> manifest`` when
+    missing; the log lines say which world (the part of ``name`` before its first dash) is built."""
+    tag = name.split("-")[0]
+
+    def logged(tmp: Path) -> dict:
+        log(f"[{tag}] building {Path(cache_dir or default_cache_dir()) / name} ...")
+        return build(tmp)
+
+    root, manifest = ensure_built(name, logged, cache_dir)
+    if manifest is not None:
+        warmup = manifest.get("warmup")
+        log(f"[{tag}] built in {manifest['build_seconds']}s" + (
+            f"; warm-up accuracy {warmup['accuracy']:.3f} after {warmup['steps']} steps" if warmup else ""))
+    return World(root)
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

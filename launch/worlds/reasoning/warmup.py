@@ -2,7 +2,7 @@
 
 RL needs a base policy that is right some of the time (DESIGN.md §9: roughly 10-50% under
 sampling at τ=1). Training stops at the first check whose *sampled* validation accuracy at τ=1
-(verified with math-verify, launch.reasoning.sampling) reaches `target_accuracy`, or after
+(verified with math-verify, launch.worlds.reasoning.sampling) reaches `target_accuracy`, or after
 `max_steps`, which keeps the build deterministic for a seed.
 
 Sampling 256 responses of up to 256 tokens costs as much as a dozen training steps, so it runs only
@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from launch.reasoning.sampling import SampleStats, sample_stats
-from launch.reasoning.task import SumProblem
+from launch.worlds.reasoning.sampling import SampleStats, sample_stats
+from launch.worlds.reasoning.task import SumProblem
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """The shapes world: real-size tensors on CPU. Qwen2.5-0.5B's architecture with random weights, a
 tokenizer of its vocabulary size (151,936), and the tiny world's problems as prompts.
 
-    python -m launch.shapes.world          # build into $LAGRL_CACHE/shapes-world-v1-s0 and print it
+    python -m launch.worlds shapes          # build into $LAGRL_CACHE/shapes-world-v1-s0 and print it
 
 What it is for: the run's memory and time at the shapes that matter (a 152K-token vocabulary, 24
 layers of width 896, responses of hundreds of tokens), on a machine without the real weights and
 without network. What it is not: a model that learns anything. Its outputs are random tokens, so
-every response runs to the response budget and every reward is 0 (``launch.shapes.preset`` keeps
+every response runs to the response budget and every reward is 0 (``launch.worlds.shapes.scale`` keeps
 zero-advantage groups in the loss so the learner still does its full work).
 
 The tokenizer is a byte-level BPE with Qwen2's pre-tokenisation (as the tiny world's, so
@@ -18,14 +18,13 @@ seed; the build is atomic and serialised like the tiny world's.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import random
 import time
 from pathlib import Path
 
-from launch.world_cache import World, default_cache_dir, ensure_built
+from launch.worlds.cache import World, ensure_world
 
 BUILD_VERSION = 1
 VOCAB_SIZE = 151_936            # Qwen2.5-0.5B's config.vocab_size
@@ -104,7 +103,7 @@ def _build(out: Path, seed: int, log) -> dict:
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from launch.tiny.task import make_splits, write_jsonl
+    from launch.worlds.tiny.task import make_splits, write_jsonl
 
     t0 = time.monotonic()
     train, _ = make_splits(seed)
@@ -126,25 +125,4 @@ def _build(out: Path, seed: int, log) -> dict:
 
 def ensure_shapes_world(seed: int = 0, cache_dir: Path | None = None, log=print) -> World:
     """The cached world for ``seed``, built first if missing (~1 min, 1 GB on disk)."""
-    name = f"shapes-world-v{BUILD_VERSION}-s{seed}"
-
-    def build(tmp: Path) -> dict:
-        log(f"[shapes] building the shapes world in {Path(cache_dir or default_cache_dir()) / name} (seed {seed}) ...")
-        return _build(tmp, seed, log)
-
-    root, manifest = ensure_built(name, build, cache_dir)
-    if manifest is not None:
-        log(f"[shapes] built in {manifest['build_seconds']}s")
-    return World(root)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    world = ensure_shapes_world(args.seed)
-    print(json.dumps({"root": str(world.root), **world.manifest}, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    return ensure_world(f"shapes-world-v{BUILD_VERSION}-s{seed}", lambda tmp: _build(tmp, seed, log), cache_dir, log)

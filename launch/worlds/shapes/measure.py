@@ -221,7 +221,7 @@ def measure(argv: list[str], default_preset: str = "onpolicy") -> dict:
     """Run ``--shapes`` with ``argv`` overrides in this process and return :func:`figures`."""
     from launch.cli import build_config
     from launch.run.driver import run
-    from launch.shapes.world import ensure_shapes_world
+    from launch.worlds.shapes.build import ensure_shapes_world
 
     cfg, _ = build_config(["--shapes", "--actors.heartbeat_s", "0.25", *argv], default_preset=default_preset)
     world = ensure_shapes_world()

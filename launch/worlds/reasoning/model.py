@@ -4,7 +4,7 @@ Qwen2 because both transformers and vLLM load it natively; head_dim 64 because e
 attention backend (CPU included) supports it. Four layers because copying "the operand after the
 one just added" out of the prompt is a two-hop lookup (find the previous operand, read what follows
 it), which takes at least two attention layers on top of the digit arithmetic.
-max_position_embeddings covers the longest prompt plus the largest stage budget (launch.reasoning.MAX_MODEL_LEN).
+max_position_embeddings covers the longest prompt plus the largest stage budget (launch.worlds.reasoning.MAX_MODEL_LEN).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`--shapes`: any preset at real-size shapes on CPU, for a few measured learner steps.
 
-The model is ``launch.shapes.world`` (Qwen2.5-0.5B architecture, random weights, 151,936-token
+The model is ``launch.worlds.shapes.build`` (Qwen2.5-0.5B architecture, random weights, 151,936-token
 vocabulary); responses run to a 512-token budget (a random policy never stops early). What is
 kept from the preset: its mode, N_reuse and D_R/D_T. What changes, and why:
 
@@ -19,7 +19,7 @@ kept from the preset: its mode, N_reuse and D_R/D_T. What changes, and why:
 from __future__ import annotations
 
 from launch.config import RunConfig, StageConfig
-from launch.presets import scale_batch
+from launch.worlds.scaling import rescale, scale_batch
 
 SHAPES_RESPONSE_TOKENS = 512
 SHAPES_GROUP_SIZE = 4
@@ -29,17 +29,11 @@ SHAPES_STEPS = 3
 
 def scale_to_shapes(cfg: RunConfig) -> RunConfig:
     batch = cfg.learner.batch                                       # D_R / D_T kept (N_SGD with it)
-    shapes_batch = scale_batch(batch, max(SHAPES_ROLLOUT_BATCH, batch.updates_per_pass))
-    learner = cfg.learner.model_dump()
-    learner.update(batch=shapes_batch.model_dump(), num_ranks=1, zero_stage=0, dtype="fp32", lr=1e-6,
-                   warmup_steps=0, micro_batch_tokens=1024, gradient_checkpointing=True, checkpoint_every=0,
-                   dynamic_sampling=False, block_ms=500, entropy={"type": "fixed", "coef": 1e-4})
-    learner["advantage"]["reject_zero_advantage"] = False
-    actors = cfg.actors.model_copy(update=dict(
-        num_actors=1, dtype="bfloat16", max_model_len=SHAPES_RESPONSE_TOKENS + 128, enforce_eager=True,
-        num_gpus=0.0, max_prompts_in_flight=2 * shapes_batch.rollout_batch, cpu_kv_cache_gib=1))
-    data = cfg.data.model_copy(update=dict(stages=[StageConfig(max_tokens=SHAPES_RESPONSE_TOKENS)],
-                                           eval_path=None, eval_every=0, chat_template=False, online_filter=False))
-    return RunConfig.model_validate({**cfg.model_dump(), "shapes": True, "steps": min(cfg.steps, SHAPES_STEPS),
-                                     "group_size": SHAPES_GROUP_SIZE, "actors": actors.model_dump(),
-                                     "learner": learner, "data": data.model_dump()})
+    batch = scale_batch(batch, max(SHAPES_ROLLOUT_BATCH, batch.updates_per_pass))
+    learner = dict(dtype="fp32", lr=1e-6, warmup_steps=0, micro_batch_tokens=1024, gradient_checkpointing=True,
+                   checkpoint_every=0, dynamic_sampling=False, block_ms=500, entropy={"type": "fixed", "coef": 1e-4},
+                   advantage=cfg.learner.advantage.model_dump() | {"reject_zero_advantage": False})
+    return rescale(cfg, "shapes", batch, stages=[StageConfig(max_tokens=SHAPES_RESPONSE_TOKENS)],
+                   max_steps=SHAPES_STEPS, learner=learner,
+                   actors=dict(dtype="bfloat16", max_model_len=SHAPES_RESPONSE_TOKENS + 128, cpu_kv_cache_gib=1),
+                   data=dict(eval_path=None, eval_every=0, online_filter=False), group_size=SHAPES_GROUP_SIZE)

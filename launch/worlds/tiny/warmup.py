@@ -16,7 +16,7 @@ import torch
 from math_verify import parse, verify
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from launch.tiny.task import Problem
+from launch.worlds.tiny.task import Problem
 
 
 @dataclass

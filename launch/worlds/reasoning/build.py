@@ -1,11 +1,11 @@
 """Build (or load from cache) the reasoning world: tokenizer, Qwen2 model, task splits, warm-up.
 
-    python -m launch.reasoning.build       # build into $LAGRL_CACHE/reasoning-world-... and print the manifest
+    python -m launch.worlds reasoning     # build into $LAGRL_CACHE/reasoning-world-... and print the manifest
 
 From nothing it takes ~2 minutes on 2 CPU cores (110 s measured; the warm-up stops after 300 steps).
 
 Everything is a function of the seed, so two builds give byte-identical files; the manifest
-records their SHA-256 so a test can prove it. Builds go through `launch/world_cache.ensure_built`
+records their SHA-256 so a test can prove it. Builds go through ``launch.worlds.cache.ensure_world``
 (file lock, atomic rename), so parallel test workers never see half a world. The manifest also
 records what the warmed-up policy does when sampled (accuracy, truncation at each stage budget,
 response lengths, token entropy at τ 1.0 and 0.6), the figures presets are tuned from.
@@ -13,23 +13,17 @@ response lengths, token entropy at τ 1.0 and 0.6), the figures presets are tune
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from launch.reasoning import STAGE_BUDGETS
-from launch.tiny.build import sha256_file
-from launch.world_cache import World, ensure_built
+from launch.worlds.cache import World, ensure_world, sha256_file
+from launch.worlds.reasoning import STAGE_BUDGETS
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 FILES = ("model/tokenizer.json", "model/model.safetensors", "data/train.jsonl", "data/val.jsonl")
-
-
-class ReasoningWorld(World):
-    """The reasoning world (written-out running sums)."""
 
 
 def _length_summary(lengths: list[int]) -> dict:
@@ -42,11 +36,11 @@ def _length_summary(lengths: list[int]) -> dict:
 def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, n_val: int, log) -> dict:
     import torch
 
-    from launch.reasoning.model import init_reasoning_model
-    from launch.reasoning.sampling import sample_stats
-    from launch.reasoning.task import make_splits, write_jsonl
-    from launch.reasoning.warmup import Encoder, warm_up
-    from launch.tiny.tokenizer import train_tokenizer
+    from launch.worlds.reasoning.model import init_reasoning_model
+    from launch.worlds.reasoning.sampling import sample_stats
+    from launch.worlds.reasoning.task import make_splits, write_jsonl
+    from launch.worlds.reasoning.warmup import Encoder, warm_up
+    from launch.worlds.tiny.tokenizer import train_tokenizer
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()
@@ -83,31 +77,10 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
 
 
 def ensure_reasoning_world(seed: int = 0, cache_dir: Path | None = None, *, max_warmup_steps: int = 1500,
-                           target_accuracy: float = 0.25, n_val: int = 256, log=print) -> ReasoningWorld:
+                           target_accuracy: float = 0.25, n_val: int = 256, log=print) -> World:
     """Return the cached world for these settings, building it first if needed (a small n_val and
     max_warmup_steps make a quick build for tests: every figure is then measured on n_val problems)."""
     name = (f"reasoning-world-v{BUILD_VERSION}-s{seed}-w{max_warmup_steps}-a{target_accuracy:g}"
             + (f"-v{n_val}" if n_val != 256 else ""))
-
-    def build(tmp: Path) -> dict:
-        log(f"[reasoning] building the reasoning world {name} (seed {seed}) ...")
-        return _build(tmp, seed, max_warmup_steps, target_accuracy, n_val, log)
-
-    root, manifest = ensure_built(name, build, cache_dir)
-    if manifest is not None:
-        log(f"[reasoning] built in {manifest['build_seconds']}s; warm-up accuracy "
-            f"{manifest['warmup']['accuracy']:.3f} after {manifest['warmup']['steps']} steps")
-    return ReasoningWorld(root)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cache-dir", type=Path, default=None)
-    args = ap.parse_args()
-    world = ensure_reasoning_world(args.seed, args.cache_dir)
-    print(json.dumps({"root": str(world.root), **world.manifest}, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+    return ensure_world(name, lambda tmp: _build(tmp, seed, max_warmup_steps, target_accuracy, n_val, log),
+                        cache_dir, log)
