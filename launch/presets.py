@@ -4,7 +4,7 @@ Every preset is the baseline with a few fields changed, so a diff between two pr
 ablation. Each CPU world scales any preset down (``launch.worlds``: ``--tiny``, ``--reasoning``,
 ``--shapes``) keeping what the ablation is about: N_reuse, D_R/D_T (hence N_SGD), the clip range, the
 entropy rule and the mode. The Sky-T1 recipe's RL stages (another system, not Skywork ablations) live
-in ``launch.presets_skyt1`` and are registered here.
+in ``launch.skyt1.presets`` and are registered here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Callable
 
 from actors.config import ActorConfig
 from launch.config import DataConfig, RunConfig, StageConfig
-from launch.presets_skyt1 import SKYT1_PRESETS
+from launch.skyt1.presets import SKYT1_PRESETS
 from learner.config import AdaptiveEntropy, BatchConfig, FixedEntropy, NoEntropy, PolicyLossConfig
 from learner.trainer_config import LearnerConfig
 

@@ -10,7 +10,7 @@ Improving Reasoning Models", 2025-02-13): SFT -> RL with PRIME -> SFT -> RL with
                   all equal stay in the batch with advantage 0).
 
 The SFT stages are ``python -m launch.sft`` (blog: 3 epochs, lr 1e-5, batch 96); the four commands
-chain through ``--data.model_dir`` (README "The Sky-T1 recipe", ``launch/skyt1_pipeline.py``).
+chain through ``--data.model_dir`` (README "The Sky-T1 recipe", ``launch/skyt1/pipeline.py``).
 
 Numbers the blog does not give come from the PRIME reference scripts that Sky-T1's RL code builds
 on (PRIME-RL/PRIME ``training/examples/run_prime_main.sh``, the verl port's ``prime`` recipe):

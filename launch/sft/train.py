@@ -17,12 +17,10 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:                 # the entry module imports this one (after parsing): annotations only
-    from launch.sft import SftConfig
+from launch.sft.config import SftConfig
 
 
 def tokenize_examples(rows: list[dict], tokenizer, cfg: SftConfig) -> tuple[list, int]:
