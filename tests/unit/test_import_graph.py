@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("actors", "buffer", "cluster", "learner", "rewards", "launch")
+PACKAGES = ("actors", "analysis", "buffer", "cluster", "learner", "rewards", "launch")
 
 # DESIGN.md §1: launch -> everything; actors -> buffer, rewards; learner -> buffer (and the weight
 # transport in actors); buffer and rewards import none of the other packages.
