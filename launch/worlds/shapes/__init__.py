@@ -3,6 +3,6 @@
     build.py      the model, a 151,936-token tokenizer and the tiny world's problems
                   (``python -m launch.worlds shapes``)
     scale.py      ``--shapes``: any preset at real-size shapes for a few measured steps
-    measure.py    peak memory per process, tokens/s and weight sync of a ``--shapes`` run
-                  (``bench/real_size_shapes.py``)
+
+Measured by ``bench/real_size_shapes.py`` (peak memory per process, tokens/s, weight sync).
 """
