@@ -21,7 +21,7 @@ def test_a_niced_process_warns_once_naming_the_setting():
     nice = int(out.stdout.strip())
     assert nice >= 5
     [line] = out.stderr.strip().splitlines()
-    assert f"generation actor a-0 (pid " in line and f"runs at nice {nice}" in line
+    assert "generation actor a-0 (pid " in line and f"runs at nice {nice}" in line
     assert "RAY_worker_niceness=0" in line
 
 

@@ -17,7 +17,7 @@ import pytest
 from rewards.code_reward import score_code
 from rewards.config import RewardConfig
 from rewards.sandbox import CodeTest, SandboxLimits, isolation_report, run_code, run_tests
-from tests.unit._sandbox_checks import assert_nothing_survives
+from tests.unit.sandbox_checks import assert_nothing_survives
 
 LIMIT_MB = 256
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=LIMIT_MB, max_output_bytes=4096, max_procs=16)
