@@ -39,7 +39,7 @@ import psutil
 import pytest
 
 from rewards.workers import RewardPool
-from tests.integration.processes import DriverProcess
+from tests.integration.harness import audit_books, finished_run_audit, metrics_rows, start_driver
 
 pytestmark = pytest.mark.integration
 
@@ -49,30 +49,6 @@ RAISE_SOURCE = "fault:raising_scorer"     # data_source for which the test's rew
 
 
 # ----------------------------------------------------------------------------- helpers
-def _metrics(run_path: Path) -> list[dict]:
-    path = run_path / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _audit(url: str, run_id: str):
-    from buffer import connect
-    from buffer.audit import audit
-
-    client = connect(url, wait_s=5)
-    try:
-        return audit(client, run_id)
-    finally:
-        client.close()
-
-
-def _finished_run_audit(run_path: Path, run_id: str):
-    """The books of a finished run: its redis-server (stopped by the driver) restarted from the AOF."""
-    from buffer.server import EmbeddedRedis
-
-    with EmbeddedRedis.attach_or_start(run_path) as server:
-        return _audit(server.url, run_id)
-
-
 def _stop_run_redis(run_path: Path) -> None:
     """Stop the embedded redis-server a killed driver left running in ``run_path`` (that pid only)."""
     from buffer.server import EmbeddedRedis
@@ -83,12 +59,10 @@ def _stop_run_redis(run_path: Path) -> None:
         server.start().stop(timeout_s=20)     # adopts the live server, then a clean shutdown
 
 
-def _driver(tmp_path: Path, ray_address: str, env: dict, run_id: str, args: list[str], tag: str) -> DriverProcess:
+def _driver(tmp_path: Path, ray_address: str, env: dict, run_id: str, args: list[str], tag: str):
     """`launch/onpolicy.py --tiny` joined to the test's Ray head, with its own embedded Redis."""
-    env = {**env, "RAY_ADDRESS": ray_address}
-    env.pop("REDIS_URL", None)
-    return DriverProcess("onpolicy.py", run_dir=tmp_path / "runs", run_id=run_id, args=["--tiny", *args], env=env,
-                         log_path=tmp_path / f"driver-{tag}.log")
+    return start_driver("onpolicy.py", tmp_path, run_id, ["--tiny", *args], log_name=f"driver-{tag}", env=env,
+                        ray_address=ray_address)
 
 
 # ----------------------------------------------------------------------------- 1. learner death
@@ -106,7 +80,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
     try:
         # a checkpoint exists (after step index every-1) and the step after it is done: step `every`
         # is trained but not checkpointed, and step every+1 is in progress when the driver dies
-        first.wait_for(lambda: any(m["step"] == every for m in _metrics(run_path)),
+        first.wait_for(lambda: any(m["step"] == every for m in metrics_rows(run_path)),
                        f"step {every} to finish", timeout_s=400)
         latest = ckpt_io.latest_checkpoint(run_path)
         assert latest is not None and latest.name == f"step_{every:06d}", latest
@@ -115,9 +89,9 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
         first.close()
     killed_at = time.monotonic() - t0
     url = (run_path / "redis_url.txt").read_text().strip()
-    before = _metrics(run_path)
+    before = metrics_rows(run_path)
     state = ckpt_io.read_learner_state(latest)
-    at_kill = _audit(url, run_id)
+    at_kill = audit_books(url, run_id)
     print(f"[test] SIGKILL after {killed_at:.0f}s: metrics steps {[m['step'] for m in before]}, "
           f"checkpoint {latest.name} (version {state.version}, stream {state.stream_position})")
     print(f"[audit at kill] {at_kill.line()}")
@@ -138,7 +112,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
 
         # lineage: steps 0..every-1 from the first incarnation (in the checkpoint), every..steps-1 from
         # the second; each exactly once, in order
-        after = _metrics(run_path)[len(before):]
+        after = metrics_rows(run_path)[len(before):]
         lineage = [m["step"] for m in before if m["step"] < state.step] + [m["step"] for m in after]
         print(f"[test] second run steps {[m['step'] for m in after]}; lineage {lineage}; "
               f"versions {[m['version'] for m in after]}")
@@ -152,7 +126,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
         final = ckpt_io.read_learner_state(ckpt_io.latest_checkpoint(run_path))
         assert (final.step, final.version) == (steps, steps)
 
-        books = _finished_run_audit(run_path, run_id)
+        books = finished_run_audit(run_path, run_id)
         print(f"[audit] {books.line()}")
         assert books.prompts_lost == 0 and books.groups_lost == 0 and books.duplicates == 0, books.as_dict()
         assert books.balanced, books.as_dict()
@@ -235,7 +209,7 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
         raise found["error"]
     assert found.get("exposure_checked") and found.get("injected"), "the run finished before the injection"
     bad = found["bad"]
-    metrics = _metrics(run_path)
+    metrics = metrics_rows(run_path)
     assert [m["step"] for m in metrics] == list(range(steps))
 
     from buffer.audit import audit
@@ -295,7 +269,7 @@ def _inject(run_path: Path, run_id: str, cfg, renderer, found: dict) -> None:
     url = (run_path / "redis_url.txt").read_text().strip()
     _check_redis_exposure(run_path, url)
     found["exposure_checked"] = True
-    while not _metrics(run_path):
+    while not metrics_rows(run_path):
         assert time.monotonic() < deadline, "no step 0 after 300 s"
         time.sleep(0.2)
     buf = RunBuffer.from_url(url, run_id, cfg.buffer)

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from tests.integration.harness import metrics_rows
+
 pytestmark = pytest.mark.integration
 
 
@@ -46,7 +48,7 @@ def test_driver_runs_two_steps_across_a_stage_boundary(ray_local, tmp_path, reas
                            "--run_dir", str(tmp_path / "runs"), "--run_id", "reasoning-2"], default_preset="multistage")
     assert cfg.world == "reasoning" and cfg.learner.batch.rollout_batch == 16 and cfg.group_size == 8
     result = run(cfg)
-    rows = [json.loads(line) for line in (result.run_path / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(result.run_path)
     assert [r["stage"] for r in rows] == [0.0, 1.0]
     assert rows[0]["length/max"] <= 64 and rows[0]["truncation/rate"] > 0      # the 64-token stage cuts
     assert rows[1]["length/max"] <= 128

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.integration.harness import metrics_rows
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]     # ~3.5 min: two SFT runs and two RL runs
 
 PRIME_STEPS = 10
@@ -29,7 +31,7 @@ MIN_PRM_PAIRWISE = 0.55  # the PRM's mean held-out pairwise accuracy after its f
 
 
 def _rows(run_path: str) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_path) / "metrics.jsonl").read_text().splitlines()]
+    return metrics_rows(Path(run_path))
 
 
 def _curve(figures: dict) -> dict[int, float]:
