@@ -5,6 +5,8 @@
                        (``python -m analysis.compare``)
     pass_at_k_plot.py  one pass@k curve per evaluated checkpoint
 
-Layering: analysis imports ``buffer`` (the read-only monitor) and nothing else of the project but
-``launch.install_check``, which its command line runs first like every entry script.
+Layering: analysis imports ``buffer`` (the read-only monitor) and of ``launch`` only two modules that
+import nothing of launch: ``launch.run.summary`` (the reader of a run's metrics files, the one the
+driver's summary uses) and ``launch.install_check`` (run first by its command line, as by every entry
+script); ``launch`` imports analysis (the ablation tool draws its comparison).
 """

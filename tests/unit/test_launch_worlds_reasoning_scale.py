@@ -52,9 +52,10 @@ def test_overlong_shaping_scales_with_the_budget():
 
 
 def test_cli_flag_and_worlds_exclusive():
-    cfg, _ = build_config(["--reasoning", "--steps", "3"], default_preset="offpolicy_reuse4")
+    cfg, _ = build_config(["--reasoning", "--steps", "3", "--run_id", "r"], default_preset="offpolicy_reuse4")
     assert cfg.world == "reasoning" and cfg.steps == 3 and cfg.learner.batch.n_sgd == 16
-    assert build_config(["--world", "reasoning", "--steps", "3"], default_preset="offpolicy_reuse4")[0] == cfg
+    assert build_config(["--world", "reasoning", "--steps", "3", "--run_id", "r"],
+                        default_preset="offpolicy_reuse4")[0] == cfg
     with pytest.raises(SystemExit):
         build_config(["--reasoning", "--tiny"], default_preset="onpolicy")
     with pytest.raises(SystemExit):
