@@ -22,17 +22,9 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from learner import deepspeed_kit as kit
 from learner.batching import MicroBatch, Row, collate, scatter_row_values
 from learner.config import PrimeConfig
-from learner.deepspeed_kit import (
-    build_engine,
-    cpu_state_dict,
-    deepspeed_config,
-    full_params,
-    load_hf_model,
-    optimizer_step,
-    resolve_dtype,
-)
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import deepspeed_loss_scale
 from learner.prime import outcome_labels, prm_loss
@@ -72,10 +64,10 @@ class PrmEngine:
         self.rank, self.world, self.device_kind = rank, world, device
         self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
         self.version = 0
-        self.ds_config = deepspeed_config(self.cfg, world, device, group_size)
-        model = load_hf_model(model_dir, resolve_dtype(self.cfg, device), self.cfg.gradient_checkpointing)
+        self.ds_config = kit.deepspeed_config(self.cfg, world, device, group_size)
+        model = kit.load_hf_model(model_dir, kit.resolve_dtype(self.cfg, device), self.cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
-        self.engine, _ = build_engine(model, self.cfg, self.ds_config, device)
+        self.engine, _ = kit.build_engine(model, self.cfg, self.ds_config, device)
 
     def _logprobs(self, mb: MicroBatch, chunk: int) -> torch.Tensor:
         out = self.engine(input_ids=mb.input_ids.to(self.device), attention_mask=mb.attention_mask.to(self.device),
@@ -105,7 +97,7 @@ class PrmEngine:
                 loss = logp.sum() * 0.0
             self.engine.backward(loss * scale, scale_wrt_gas=False)
             before |= scatter_row_values(mb, logp)
-        norm, lr = optimizer_step(self.engine, self.cfg, self.device_kind)     # clipped to prm_grad_clip
+        norm, lr = kit.optimizer_step(self.engine, self.cfg, self.device_kind)     # clipped to prm_grad_clip
         self.version += 1
         return before, {"prm/grad_norm": norm, "prm/lr": lr}
 
@@ -120,9 +112,9 @@ class PrmEngine:
 
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, full tensor) per parameter; a collective under ZeRO-3 (all ranks iterate)."""
-        return full_params(self.engine.module, self.cfg.zero_stage)
+        return kit.full_params(self.engine.module, self.cfg.zero_stage)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """CPU copies of all PRM parameters on rank 0 (None elsewhere); checkpoints and tests."""
-        out = cpu_state_dict(self.engine.module, self.cfg.zero_stage)
+        out = kit.cpu_state_dict(self.engine.module, self.cfg.zero_stage)
         return out if self.rank == 0 else None
