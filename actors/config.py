@@ -34,7 +34,7 @@ class CollectiveConfig(BaseModel):
                              "a live actor would look dead between two heartbeats")
         return self
 
-from cluster.placement import CustomResources
+from actors.cluster.placement import CustomResources
 
 
 class ActorConfig(BaseModel):
@@ -62,7 +62,7 @@ class ActorConfig(BaseModel):
     @classmethod
     def _alias(cls, value):
         return "collective" if value == "nccl" else value
-    # --- placement on a cluster (cluster.placement) ---
+    # --- placement on a cluster (actors.cluster.placement) ---
     resources: CustomResources = Field(
         default_factory=dict, description="Custom Ray resources each actor needs, e.g. {\"gen\": 1}: actors "
         "go only to nodes started with them (`ray start --resources '{\"gen\": 2}'`). {} = any node. "

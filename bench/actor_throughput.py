@@ -179,7 +179,7 @@ def main() -> int:
     from actors.config import ActorConfig
     from actors.factory import create_generation_actors, fan_out, start_loops
     from buffer import EmbeddedRedis, RunBuffer
-    from cluster.priority import SYSTEM_CONFIG
+    from actors.cluster.priority import SYSTEM_CONFIG
     from launch.worlds.tiny.build import ensure_tiny_world
     from launch.worlds.tiny.task import read_problems
 

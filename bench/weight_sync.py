@@ -166,7 +166,7 @@ def measure_object_store(params, args) -> list[float]:
     import ray
 
     from actors.transport.object_store import RayObjectStoreTransport
-    from cluster.priority import SYSTEM_CONFIG
+    from actors.cluster.priority import SYSTEM_CONFIG
 
     @ray.remote(num_cpus=0)
     class Fetcher:

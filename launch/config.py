@@ -47,7 +47,7 @@ class DataConfig(BaseModel):
     model_dir: str | None = Field(None, description="Hugging Face model directory (None in a world: the world's "
                                   "model).")
     model_source: Literal["auto", "shared", "object_store"] = Field(
-        "auto", description="How actors and learner ranks get model_dir (cluster.model_source): 'shared' = the "
+        "auto", description="How actors and learner ranks get model_dir (actors.cluster.model_source): 'shared' = the "
         "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "
         "locally; 'auto' = object_store on a cluster of several nodes, shared on one.")
     train_path: str | None = Field(None, description="JSONL/parquet of math problems (fields: problem, answer[, id, data_source]).")

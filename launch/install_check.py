@@ -18,7 +18,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("actors", "analysis", "buffer", "cluster", "launch", "learner", "rewards")
+PACKAGES = ("actors", "buffer", "launch", "learner", "rewards")
 DISTRIBUTION = "lagrl"
 
 

@@ -5,8 +5,8 @@ Each ``LearnerRank`` is a process of its own (as ``deepspeed`` launches would gi
 (its node IP and a free port), every rank gets MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE /
 LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU; ``learner.deepspeed_kit``).
 Ranks are placed with a PACK placement group, one bundle per rank, each with ``learner.resources``
-and, on a cluster, off the driver's node (``cluster.placement``). Each rank opens the model where its node
-has it (``cluster.model_source``: the shared path or the node-local cache).
+and, on a cluster, off the driver's node (``actors.cluster.placement``). Each rank opens the model where its node
+has it (``actors.cluster.model_source``: the shared path or the node-local cache).
 
 Every method that runs collectives (setup, train, score, publish, checkpoint) must be called
 on all ranks at once: :meth:`RankGroup.call` does exactly that.
@@ -53,8 +53,8 @@ class LearnerRank:
 
     def setup(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int, addr: str, port: int,
               device: str, local_rank: int) -> dict[str, Any]:
-        from cluster.model_source import resolve_model_dir
-        from cluster.priority import warn_if_niced
+        from actors.cluster.model_source import resolve_model_dir
+        from actors.cluster.priority import warn_if_niced
 
         model_dir = resolve_model_dir(model_dir)    # this node's copy; ModelUnavailable names path and node
         warn_if_niced(f"learner rank {self.rank}")
@@ -163,8 +163,8 @@ class RankGroup:
     """N ``LearnerRank`` actors forming one DeepSpeed data-parallel group."""
 
     def __init__(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int = 0):
-        """``model_dir``: a path or a ``cluster.model_source.ModelSource`` (each rank resolves it)."""
-        from cluster import placement as place
+        """``model_dir``: a path or a ``actors.cluster.model_source.ModelSource`` (each rank resolves it)."""
+        from actors.cluster import placement as place
 
         self.cfg = cfg.model_copy()
         self.signature = cfg.engine_signature()
@@ -184,7 +184,7 @@ class RankGroup:
                                 PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
             .remote(r, n) for r in range(n)]
         addrs = ray.get([a.rendezvous.remote() for a in self.actors])
-        self.nodes: list[dict] = []     # where each rank runs (cluster.placement.locate), after setup
+        self.nodes: list[dict] = []     # where each rank runs (actors.cluster.placement.locate), after setup
         master_addr, port = addrs[0]
         local = _local_ranks([ip for ip, _ in addrs])
         # On GPU each actor sees only its own device (Ray sets CUDA_VISIBLE_DEVICES): LOCAL_RANK 0.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.priority import SYSTEM_CONFIG
+from actors.cluster.priority import SYSTEM_CONFIG
 
 # vLLM on CPU: a small KV cache, and the engine core in-process (no extra subprocess to reap).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

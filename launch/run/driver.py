@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from buffer.server import write_private
-from cluster.priority import SYSTEM_CONFIG
+from actors.cluster.priority import SYSTEM_CONFIG
 from launch.config import RunConfig
 
 
@@ -47,7 +47,7 @@ def init_ray(cfg: RunConfig) -> None:
         ray.init(runtime_env={"env_vars": env} if env else None)
         return
     needed = cfg.actors.num_actors * cfg.actors.num_cpus + cfg.learner.num_ranks * cfg.learner.cpus_per_rank + 2
-    # workers at nice 0, not Ray's 15: they are the run (cluster.priority)
+    # workers at nice 0, not Ray's 15: they are the run (actors.cluster.priority)
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), include_dashboard=False,
              _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=local_resources(cfg),
              _system_config=SYSTEM_CONFIG)
@@ -85,7 +85,7 @@ def run(cfg: RunConfig) -> RunResult:
     from actors.factory import actor_name, create_generation_actors, start_loops, wait_started
     from actors.transport import transport_for
     from buffer import RunBuffer, open_buffer_server
-    from cluster.model_source import share_model
+    from actors.cluster.model_source import share_model
     from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
     from launch.run.feeder import PromptFeeder
@@ -269,7 +269,7 @@ def _record_placement(run_path: Path, buffer, actors: dict[str, dict], learner, 
     """Where the driver, every actor and every learner rank run (and which model directory each
     opened): ``placement.json`` in the run directory, the run's meta, one console line when they
     span several nodes."""
-    from cluster.placement import driver_location, placement_line
+    from actors.cluster.placement import driver_location, placement_line
 
     placement = {"driver": driver_location(), "actors": actors, "learner": learner.ranks.nodes,
                  "model": model.describe()}

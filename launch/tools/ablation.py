@@ -6,7 +6,7 @@
 Each preset runs in this process through ``launch.cli.build_config`` + ``launch.run.driver.run`` (one
 local Ray shared by all runs, or the cluster in RAY_ADDRESS; every run starts and stops its own
 Redis, actors, reward workers and learner), as run ``<prefix>-<preset>`` under ``<out>/runs``.
-Overrides after ``--`` apply to every preset. Then ``analysis.compare.write_compare`` draws
+Overrides after ``--`` apply to every preset. Then ``launch.analysis.compare.write_compare`` draws
 ``<out>/compare.png`` (entropy/mean; reward/accuracy and the held-out eval avg@n (dashed) vs
 step; one colour per preset) and ``<out>/compare.csv`` (long format), and ``<out>/ablation.json``
 records per preset: wall seconds, entropy and accuracy at the first/last step, eval avg@n first/last.
@@ -78,7 +78,7 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     import matplotlib
 
     matplotlib.use("Agg")
-    from analysis import compare
+    from launch.analysis import compare
     from launch.run.driver import init_ray, run
 
     init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest

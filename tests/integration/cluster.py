@@ -34,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from cluster.priority import START_ENV
+from actors.cluster.priority import START_ENV
 from tests.conftest import find_free_port
 
 VENV_BIN = Path(sys.executable).parent

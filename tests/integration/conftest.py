@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.priority import START_ENV
+from actors.cluster.priority import START_ENV
 from tests.conftest import find_free_port
 from tests.integration.harness import alive_redis, kill_pid
 

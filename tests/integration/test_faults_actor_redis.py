@@ -105,7 +105,7 @@ def test_actor_sigkill_mid_run_prompts_reclaimed_books_balance(tmp_path, own_red
     restarted = run.wait_for(lambda: (hb := run.live_actors().get(actor_id)) and hb["pid"] != pid and hb,
                              f"{actor_id} restarted by Ray", timeout_s=240)
     print(f"[fault] {actor_id} back as pid {restarted['pid']} after {time.monotonic() - killed_at:.0f}s", flush=True)
-    # the driver's local Ray runs its workers at nice 0, a restarted one too (cluster.priority)
+    # the driver's local Ray runs its workers at nice 0, a restarted one too (actors.cluster.priority)
     live = run.live_actors()
     assert {a: psutil.Process(int(hb["pid"])).nice() for a, hb in live.items()} == dict.fromkeys(live, 0)
     summary = run.finish()

@@ -8,16 +8,15 @@ cycle through it is still a cycle a reader has to untangle), with relative impor
 
 The layering, as the code keeps it (DESIGN.md §1 restated precisely; README "Layout" says the same):
 
-    launch   -> every package (entry scripts, config, the run's runtime, worlds, recipes, tools)
-    analysis -> buffer, and two launch modules that import nothing of launch: ``launch.run.summary``
-                (the reader of a run's metrics files) and ``launch.install_check`` (run first by its CLI)
-    actors   -> buffer, rewards, cluster
-    learner  -> buffer, cluster, and from actors only the module ``actors.transport`` (the
-                weight-transport interface: no Ray or vLLM import, no concrete transport)
-    cluster  -> none (how a run's Ray processes are placed, get the model, and at what priority:
-                shared by the actors and the learner ranks)
-    buffer   -> none
-    rewards  -> none
+    launch          -> every package (entry scripts, config, the run's runtime, worlds, recipes, tools,
+                       analysis)
+    actors          -> buffer, rewards
+    actors.cluster  -> nothing outside itself (how a run's Ray processes are placed, get the model, and
+                       at what priority: shared by the actors and the learner ranks, no vLLM)
+    learner         -> buffer, and from actors only ``actors.transport`` (the weight-transport interface:
+                       no Ray or vLLM import, no concrete transport) and ``actors.cluster``
+    buffer          -> none
+    rewards         -> none
 """
 
 from __future__ import annotations
@@ -27,16 +26,15 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("actors", "analysis", "buffer", "cluster", "learner", "rewards", "launch")
+PACKAGES = ("actors", "buffer", "learner", "rewards", "launch")
 EVERYTHING = ("bench", "tests", *PACKAGES)      # where no private name may cross a module boundary
 
-# importer package -> what it may import outside itself: a package name allows the whole package, a
-# dotted name exactly that module
+# importer (a package, or a subpackage with a rule of its own) -> what it may import outside itself: a
+# package name allows the whole package, ``a.b.*`` the subpackage a.b, any other dotted name exactly that module
 LAYERS: dict[str, tuple[str, ...]] = {
-    "buffer": (), "rewards": (), "cluster": (),
-    "actors": ("buffer", "rewards", "cluster"),
-    "analysis": ("buffer", "launch.run.summary", "launch.install_check"),
-    "learner": ("buffer", "cluster", "actors.transport"),
+    "buffer": (), "rewards": (), "actors.cluster": (),
+    "actors": ("buffer", "rewards"),
+    "learner": ("buffer", "actors.transport", "actors.cluster.*"),
     "launch": PACKAGES,
 }
 # learner's pure math: functions over tensors and masks, no cluster, store or trainer engine
@@ -121,18 +119,35 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def _package(module: str) -> str:
-    return module.split(".")[0]
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _layer(module: str, layers: Iterable[str]) -> str | None:
+    """The most specific key of ``layers`` that ``module`` belongs to (``actors.cluster`` before ``actors``)."""
+    return max((k for k in layers if _inside(module, k)), key=len, default=None)
 
 
 def _allowed(target: str, allowed: Iterable[str]) -> bool:
-    return any(target == a or ("." not in a and target.startswith(a + ".")) for a in allowed)
+    def one(a: str) -> bool:
+        if a.endswith(".*"):
+            return _inside(target, a[:-2])
+        return target == a or ("." not in a and _inside(target, a))
+    return any(one(a) for a in allowed)
 
 
 def layering_violations(graph: dict[str, set[str]], layers: dict[str, tuple[str, ...]]) -> list[str]:
-    """Every ``module -> target`` edge that crosses packages where ``layers`` does not allow it."""
-    return sorted(f"{m} -> {t}" for m, targets in graph.items() if _package(m) in layers for t in targets
-                  if _package(t) != _package(m) and not _allowed(t, layers[_package(m)]))
+    """Every ``module -> target`` edge that leaves the importer's layer where ``layers`` does not allow it
+    (a subpackage with a rule of its own, like ``actors.cluster``, is its own layer; the rest of its
+    package may import it)."""
+    out = []
+    for m, targets in graph.items():
+        layer = _layer(m, layers)
+        if layer is None:
+            continue
+        out += [f"{m} -> {t}" for t in targets
+                if not _inside(t, layer) and not _allowed(t, layers[layer])]
+    return sorted(out)
 
 
 def private_imports(root: Path, packages: Iterable[str]) -> list[str]:
@@ -188,8 +203,8 @@ def test_the_check_finds_a_cycle(tmp_path: Path):
 
 def test_modules_import_one_way():
     graph, _ = import_graph(REPO, PACKAGES)
-    assert {"cluster.placement", "actors.transport", "learner.rank_actor"} <= set(graph)
-    assert "actors.transport" in graph["learner.loop"] and "cluster.model_source" in graph["learner.rank_actor"]
+    assert {"actors.cluster.placement", "actors.transport", "learner.rank_actor"} <= set(graph)
+    assert "actors.transport" in graph["learner.loop"] and "actors.cluster.model_source" in graph["learner.rank_actor"]
     violations = layering_violations(graph, LAYERS)
     assert not violations, f"imports against the layering (module docstring): {violations}"
 
@@ -204,9 +219,16 @@ def test_the_layering_check_sees_modules_and_type_checking_imports(tmp_path: Pat
     (tmp_path / "learner" / "bad.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from actors.engine import Engine\n")
     (tmp_path / "buffer" / "bad.py").write_text("def f():\n    from learner import ok\n")
+    (tmp_path / "actors" / "shared").mkdir()                 # a subpackage with a rule of its own
+    (tmp_path / "actors" / "shared" / "__init__.py").write_text("")
+    (tmp_path / "actors" / "shared" / "place.py").write_text("from actors import engine\n")
+    (tmp_path / "learner" / "also_ok.py").write_text("from actors.shared import place\n")
+    (tmp_path / "actors" / "uses_shared.py").write_text("from actors.shared import place\n")
     graph, _ = import_graph(tmp_path, ["actors", "learner", "buffer"])
-    layers = {"buffer": (), "actors": ("buffer",), "learner": ("buffer", "actors.transport")}
-    assert layering_violations(graph, layers) == ["buffer.bad -> learner.ok", "learner.bad -> actors.engine"]
+    layers = {"buffer": (), "actors": ("buffer",), "actors.shared": (),
+              "learner": ("buffer", "actors.transport", "actors.shared.*")}
+    assert layering_violations(graph, layers) == ["actors.shared.place -> actors.engine", "buffer.bad -> learner.ok",
+                                                  "learner.bad -> actors.engine"]
 
 
 def test_pure_math_imports_no_ray_redis_or_deepspeed():

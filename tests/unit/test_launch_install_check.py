@@ -11,15 +11,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_every_package_is_this_checkouts():
     import actors  # noqa: E401
-    import analysis
     import buffer
-    import cluster
     import launch
     import learner
     import rewards
 
     assert install_check.problems() == []
-    for module in (actors, analysis, buffer, cluster, launch, learner, rewards):
+    for module in (actors, buffer, launch, learner, rewards):
         assert Path(module.__file__).resolve().parent == REPO / module.__name__
 
 

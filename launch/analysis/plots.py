@@ -1,6 +1,6 @@
 """Plot panels of a run's metrics: one axis each, every function returns the points it drew.
 
-Used by the monitoring notebook (live runs), ``analysis.compare`` (runs side by side) and the
+Used by the monitoring notebook (live runs), ``launch.analysis.compare`` (runs side by side) and the
 pass@k plot; a panel whose metric a run does not log yet says so instead of drawing nothing.
 """
 

@@ -1,16 +1,16 @@
 """Runs side by side: their metrics as frames, the comparison figure and CSV, the comparison CLI.
 
-    python -m analysis.compare --redis-url redis://:PASSWORD@127.0.0.1:PORT/0 --runs RUN_A RUN_B --out cmp/
-    python -m analysis.compare --metrics-jsonl runs/RUN_A/metrics.jsonl runs/RUN_B/metrics.jsonl --out cmp/
+    python -m launch.analysis.compare --redis-url redis://:PASSWORD@127.0.0.1:PORT/0 --runs RUN_A RUN_B --out cmp/
+    python -m launch.analysis.compare --metrics-jsonl runs/RUN_A/metrics.jsonl runs/RUN_B/metrics.jsonl --out cmp/
 
 Writes ``cmp/compare.png`` (entropy/mean, and reward/accuracy with eval accuracy when present, vs
 step; one line per run, labelled ``run_id (preset)``) and ``cmp/compare.csv`` (long format: run,
 step, metric, value; every numeric scalar metric of every row), then prints both paths. When the
 evaluation rows carry ``eval/pass@{k}`` it also writes ``cmp/pass_at_k.png`` (one pass@k curve per
-evaluated checkpoint, ``analysis.pass_at_k_plot``) and prints its path third. With
+evaluated checkpoint, ``launch.analysis.pass_at_k_plot``) and prints its path third. With
 ``--metrics-jsonl``, evaluation rows come from ``summary.json`` beside the file when the JSONL has none.
 
-The panels themselves are ``analysis.plots``. pandas and matplotlib are imported inside the
+The panels themselves are ``launch.analysis.plots``. pandas and matplotlib are imported inside the
 functions so ``--help`` stays instant.
 """
 
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from analysis.plots import ENTROPY_KEYS, EVAL_KEYS, STEP, draw_line, finish_panel
+from launch.analysis.plots import ENTROPY_KEYS, EVAL_KEYS, STEP, draw_line, finish_panel
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     png, csv = write_compare(frames, args.out)
     print(png)
     print(csv)
-    from analysis.pass_at_k_plot import write_pass_at_k
+    from launch.analysis.pass_at_k_plot import write_pass_at_k
 
     curves = write_pass_at_k(frames, args.out)
     if curves is not None:

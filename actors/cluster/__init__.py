@@ -7,7 +7,7 @@
     priority.py      the CPU priority of the run's Ray workers (nice 0, not Ray's 15)
 
 Layering (DESIGN.md §1, as the code keeps it; tests/unit/test_import_graph.py checks it module by
-module): ``cluster`` imports none of the other packages, like ``buffer`` and ``rewards``; ``actors``
-and ``learner`` both import it, so the learner needs nothing from ``actors`` but the weight-transport
-interface (``actors.transport``).
+module): ``actors.cluster`` imports nothing else of the project, like ``buffer`` and ``rewards``; the rest
+of ``actors`` and the ``learner`` both import it, so the learner needs from ``actors`` only this and the
+weight-transport interface (``actors.transport``).
 """

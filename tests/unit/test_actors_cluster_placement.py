@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from actors.config import ActorConfig
-from cluster.placement import placement_line
+from actors.cluster.placement import placement_line
 from launch.config import RunConfig
 from learner.trainer_config import LearnerConfig
 

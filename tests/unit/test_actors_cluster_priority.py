@@ -1,4 +1,4 @@
-"""A niced Ray worker says so, naming the fix (cluster.priority)."""
+"""A niced Ray worker says so, naming the fix (actors.cluster.priority)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.priority import warn_if_niced
+from actors.cluster.priority import warn_if_niced
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_niced_process_warns_once_naming_the_setting():
-    code = ("import os; os.nice(5); from cluster.priority import warn_if_niced; "
+    code = ("import os; os.nice(5); from actors.cluster.priority import warn_if_niced; "
             "print(warn_if_niced('generation actor a-0'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     nice = int(out.stdout.strip())

@@ -2,7 +2,7 @@
 
 The evaluator writes ``eval/pass@{k}`` for k = 1, 2, 4, ..., n in each evaluation row
 (``launch.run.evaluation``, ``rewards.evaluate.curve_ks``); every such row of a run's metrics frame
-(``analysis.compare.metrics_frame``) is one checkpoint and one curve. ``python -m analysis.compare``
+(``launch.analysis.compare.metrics_frame``) is one checkpoint and one curve. ``python -m launch.analysis.compare``
 writes the figure as ``pass_at_k.png`` beside ``compare.png``.
 """
 
@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.plots import STEP, is_finite, no_data
+from launch.analysis.plots import STEP, is_finite, no_data
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -82,7 +82,7 @@ def model_files(root: Path) -> list[Path]:
 def resolve_mode(mode: ModelMode) -> Literal["shared", "object_store"]:
     if mode != "auto":
         return mode
-    from cluster.placement import alive_nodes
+    from actors.cluster.placement import alive_nodes
 
     return "object_store" if len(alive_nodes()) > 1 else "shared"
 
