@@ -33,6 +33,9 @@ def build_config(argv: list[str], default_preset: str):
                     "random weights, 512-token responses, 3 measured steps (launch/shapes)")
     ap.add_argument("--reasoning", action="store_true", help="the reasoning CPU world: written-out running sums, "
                     "64 -> 128 -> 256-token budgets, truncation and overlong shaping bite (launch/reasoning)")
+    ap.add_argument("--tracking", metavar="LIST", default=None,
+                    help="experiment trackers, any of tensorboard,wandb,mlflow (comma-separated) or none; "
+                    "default tensorboard into <run>/tb/ (launch.run.tracking)")
     ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args, rest = ap.parse_known_args(argv)
     require_own_packages()
@@ -49,10 +52,19 @@ def build_config(argv: list[str], default_preset: str):
         if args.reasoning:
             from launch.reasoning.preset import scale_to_reasoning
             cfg = scale_to_reasoning(cfg)
-        cfg = apply_overrides(cfg, split_overrides(rest))
+        tracking = [] if args.tracking is None else [("tracking.backends", _backends_json(args.tracking))]
+        cfg = apply_overrides(cfg, tracking + split_overrides(rest))
     except (ConfigError, ValueError, KeyError) as exc:
         ap.exit(2, f"error: {exc}\n")
     return cfg, args.print_config
+
+
+def _backends_json(text: str) -> str:
+    """``tensorboard,wandb`` -> ``["tensorboard", "wandb"]``; ``none`` -> ``[]``."""
+    import json
+
+    names = [] if text.strip().lower() in ("", "none") else [n.strip() for n in text.split(",")]
+    return json.dumps(names)
 
 
 def config_line(cfg) -> str:
