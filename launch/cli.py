@@ -1,6 +1,6 @@
 """Command line shared by the entry scripts: preset -> world -> overrides -> print/save -> run.
 
-Worlds: --tiny, --shapes, --reasoning (one at most).
+Worlds: --tiny, --shapes, --reasoning, --code (one at most).
 
 Heavy modules (Ray, vLLM, DeepSpeed) are imported only after the config is resolved, so
 `--help`, `--print-config` and config errors are instant.
@@ -36,12 +36,14 @@ def build_config(argv: list[str], default_preset: str):
     ap.add_argument("--tracking", metavar="LIST", default=None,
                     help="experiment trackers, any of tensorboard,wandb,mlflow (comma-separated) or none; "
                     "default tensorboard into <run>/tb/ (launch.run.tracking)")
+    ap.add_argument("--code", action="store_true", help="the code CPU world: a+b and one-line Python programs "
+                    "trained together, code scored in the sandbox (launch/codeworld)")
     ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args, rest = ap.parse_known_args(argv)
     require_own_packages()
     try:
         cfg = get_preset(args.preset)
-        worlds = [f"--{w}" for w in ("tiny", "shapes", "reasoning") if getattr(args, w)]
+        worlds = [f"--{w}" for w in ("tiny", "shapes", "reasoning", "code") if getattr(args, w)]
         if len(worlds) > 1:
             raise ValueError(f"{' and '.join(worlds)} are different worlds: pick one")
         if args.tiny:
@@ -52,6 +54,9 @@ def build_config(argv: list[str], default_preset: str):
         if args.reasoning:
             from launch.reasoning.preset import scale_to_reasoning
             cfg = scale_to_reasoning(cfg)
+        if args.code:
+            from launch.codeworld.preset import scale_to_code
+            cfg = scale_to_code(cfg)
         tracking = [] if args.tracking is None else [("tracking.backends", _backends_json(args.tracking))]
         cfg = apply_overrides(cfg, tracking + split_overrides(rest))
     except (ConfigError, ValueError, KeyError) as exc:
@@ -83,7 +88,7 @@ def config_line(cfg) -> str:
 
 
 def _world(cfg) -> str:
-    return next((f" ({w})" for w in ("tiny", "shapes", "reasoning") if getattr(cfg, w)), "")
+    return next((f" ({w})" for w in ("tiny", "shapes", "reasoning", "code") if getattr(cfg, w)), "")
 
 
 def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> None:

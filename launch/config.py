@@ -107,6 +107,8 @@ class RunConfig(BaseModel):
                          "512-token responses, a few measured CPU steps (launch.shapes).")
     reasoning: bool = Field(False, description="Use the reasoning CPU world: running sums written out line by "
                             "line, 64 -> 128 -> 256-token budgets (launch.reasoning; built and cached on first use).")
+    code: bool = Field(False, description="Use the code CPU world: a+b and one-line Python programs in the "
+                       "verl layout, code scored in the sandbox (launch.codeworld; built and cached on first use).")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
                                "ablation 0.6): the actors sample at it and the learner divides its logits by it.")
     group_size: int = Field(16, ge=2, description="gs: responses sampled per prompt (16 in the paper; >= 2 "
@@ -130,7 +132,7 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_world(self) -> RunConfig:
-        worlds = [name for name in ("tiny", "shapes", "reasoning") if getattr(self, name)]
+        worlds = [name for name in ("tiny", "shapes", "reasoning", "code") if getattr(self, name)]
         if len(worlds) > 1:
             raise ValueError(f"{' and '.join(worlds)} are different worlds: pick one")
         return self

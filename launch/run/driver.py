@@ -262,9 +262,14 @@ def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
         world = ensure_reasoning_world()
         return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
                 cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
+    if cfg.code:
+        from launch.codeworld.build import ensure_code_world
+        world = ensure_code_world()
+        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
+                cfg.data.eval_path or str(world.val_path), "{problem}\n")
     if not cfg.data.model_dir or not cfg.data.train_path:
         raise ValueError("--data.model_dir (a Hugging Face model directory) and --data.train_path (a JSONL/"
-                         "parquet of math problems) are required unless --tiny, --shapes or --reasoning")
+                         "parquet of math problems) are required unless --tiny, --shapes, --reasoning or --code")
     return cfg.data.model_dir, cfg.data.train_path, cfg.data.eval_path, "{problem}\n"
 
 
