@@ -1,8 +1,9 @@
 """Trackers on a real run: one 3-step tiny run (real Ray, vLLM, Redis, DeepSpeed) with
 ``--tracking tensorboard,wandb,mlflow`` (W&B offline, MLflow's local file store), then each tracker's
 own reader against ``metrics.jsonl`` / ``evals.jsonl``: every numeric value of every row, under the
-same name at the same step, and the resolved config as the run's hyperparameters. (A resume that
-continues the same tracker run: tests/unit/test_run_tracking.py, with the same three backends.)"""
+same name at the same step, and the resolved config as the run's hyperparameters. Then (slow, ~2 min)
+the driver resumes the run from its checkpoint for one more step: every tracker continues the same
+run. (The same resume with the backends alone: tests/unit/test_run_tracking.py.)"""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def tracked_run(ray_local, tiny_world, tmp_path_factory):
     try:
         run_dir = tmp_path_factory.mktemp("tracked") / "runs"
         cfg, _ = build_config(["--tiny", "--steps", "3", "--tracking", "tensorboard,wandb,mlflow",
+                               "--learner.checkpoint_every", "1",
                                "--data.eval_max_problems", "16", "--run_dir", str(run_dir), "--run_id", RUN_ID],
                               "onpolicy")
         result = run(cfg)
@@ -109,3 +111,32 @@ def test_wandb_offline_files_equal_the_jsonl(tracked_run):
                 got.setdefault(k, {})[h["step"]] = float(v)
     _assert_equal(got, _expected(rows, evals), "wandb")
     assert wb["summary"]["summary/steps"] == 3
+
+
+@pytest.mark.slow   # a second driver start (~2 min): the resume path of every tracker through the driver
+def test_a_resumed_run_continues_the_same_tracker_runs(tracked_run):
+    from launch.cli import build_config
+    from launch.run.driver import run
+
+    run_path, rows, evals, cfg = tracked_run
+    os.environ["WANDB_MODE"] = "offline"
+    try:
+        again, _ = build_config(["--tiny", "--steps", "4", "--tracking", "tensorboard,wandb,mlflow",
+                                 "--learner.checkpoint_every", "1", "--data.eval_max_problems", "16",
+                                 "--run_dir", str(run_path.parent), "--run_id", RUN_ID], "onpolicy")
+        run(again)
+    finally:
+        os.environ.pop("WANDB_MODE", None)
+    read = lambda name: [json.loads(line) for line in (run_path / name).read_text().splitlines()]  # noqa: E731
+    rows4 = read("metrics.jsonl")
+    assert [r["step"] for r in rows4] == [0, 1, 2, 3], "the learner resumed from its step-3 checkpoint"
+    assert rows4[:3] == rows, "the first three steps were not retrained"
+    tb = tensorboard_scalars(run_path / "tb")
+    _assert_equal({k: v for k, v in tb.items() if not k.startswith("eval/")}, _expected(rows4, []),
+                  "tensorboard after the resume")
+    client, runs = mlflow_run(f"file:{run_path.parent / 'mlruns'}", "lagrl", RUN_ID)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert set(mlflow_scalars(client, runs[0].info.run_id)["reward/mean"]) == {0, 1, 2, 3}
+    wb = wandb_offline_runs(run_path / "wandb")
+    assert [(r["id"], r["name"]) for r in wb] == [(RUN_ID, RUN_ID)] * 2
+    assert [h["step"] for h in wb[1]["history"] if "reward/mean" in h] == [3]
