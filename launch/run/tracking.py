@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from launch.run.trackers.names import flat_config, mlflow_name, scalars  # noqa: F401  (the names' one rule)
 
 Backend = Literal["tensorboard", "wandb", "mlflow"]
-BACKENDS: tuple[str, ...] = ("tensorboard", "wandb", "mlflow")
 # backend -> (module that must import, the install that provides it)
 _NEEDS = {"tensorboard": ("tensorboard", "pip install tensorboard"),
           "wandb": ("wandb", "pip install -e '.[tracking]'  (or: pip install wandb)"),
