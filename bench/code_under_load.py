@@ -51,7 +51,8 @@ def workload(world, group_size: int, groups: int, seed: int):
     from rewards.problems import load_problems
     from rewards.result import ScoreRequest
 
-    items = {json.loads(line)["extra_info"]["index"]: json.loads(line) for line in world.val_path.read_text().splitlines()}
+    rows = [json.loads(line) for line in world.val_path.read_text().splitlines()]
+    items = {row["extra_info"]["index"]: row for row in rows}
     problems = [p for p in load_problems(world.val_path) if p.data_source.startswith("code")]
     rng = random.Random(seed)
     requests = []
@@ -141,12 +142,15 @@ def main() -> None:
     ray.shutdown()
 
     def tok_s(rounds):
-        return sum(r["tokens"] for r in rounds) / max(sum(r["seconds"] for r in rounds), 1e-9) if rounds else float("nan")
+        if not rounds:
+            return float("nan")
+        return sum(r["tokens"] for r in rounds) / max(sum(r["seconds"] for r in rounds), 1e-9)
 
     print(f"  idle (before)           {statistics.median(idle):7.1f} programs/s  ({per_round} per round)")
     print(f"  engine generating       {statistics.median(busy):7.1f} programs/s")
     print(f"  idle (after)            {statistics.median(after):7.1f} programs/s")
-    print(f"  engine alone            {tok_s(alone_rounds[1:]):7.0f} tokens/s  ({len(alone_rounds) - 1} rounds after the first)")
+    print(f"  engine alone            {tok_s(alone_rounds[1:]):7.0f} tokens/s  "
+          f"({len(alone_rounds) - 1} rounds after the first)")
     print(f"  engine beside sandbox   {tok_s(beside):7.0f} tokens/s  ({len(beside)} rounds entirely inside the timing)")
 
 

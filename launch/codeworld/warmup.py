@@ -3,11 +3,12 @@ only sometimes right.
 
 Each batch is half arithmetic, half code until code reaches the target, then one eighth code (the
 programs are learnt much faster than the sums; without this, code would be nearly always right by the
-time the sums are sometimes right, and its groups would teach RL nothing). Every ``eval_every`` steps one answer per validation problem
-is sampled at τ=1 and checked cheaply (math: the last ``\\boxed{}`` holds the sum; code: the extracted
-program is the gold one, character for character); training stops at the first check where both kinds
-reach ``target_accuracy``. The build then measures the result with the real rewards (math-verify and
-the sandbox), which accept more than the exact-match check (``build.measure``).
+time the sums are sometimes right, and its groups would teach RL nothing). Every ``eval_every`` steps
+one answer per validation problem is sampled at τ=1 and checked cheaply (math: the last ``\\boxed{}``
+holds the sum; code: the extracted program is the gold one, character for character); training stops
+at the first check where both kinds reach ``target_accuracy``. The build then measures the result with
+the real rewards (math-verify and the sandbox), which accept more than the exact-match check
+(``build.measure``).
 """
 
 from __future__ import annotations

@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         report = filter_difficulty(
             args.input, args.output, model_dir=args.model_dir, n=args.n, max_tokens=args.max_tokens,
             temperature=args.temperature, top_p=args.top_p, tiny=args.tiny, prompt_key=args.prompt_key,
-            answer_key=args.answer_key, format=args.format, bad_rows=args.bad_rows, chat_template=not args.no_chat_template, max_model_len=args.max_model_len,
+            answer_key=args.answer_key, format=args.format, bad_rows=args.bad_rows,
+            chat_template=not args.no_chat_template, max_model_len=args.max_model_len,
             batch_prompts=args.batch_prompts, dtype=args.dtype, seed=args.seed,
             tensor_parallel_size=args.tensor_parallel_size, kind=args.kind, pass_rate=not args.no_pass_rate,
             limit=args.limit, stats_out=args.stats_out, keep_texts=args.stats_responses)

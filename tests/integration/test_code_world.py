@@ -76,6 +76,7 @@ def test_mixed_math_code_run_through_the_reward_pool(ray_local, code_world, tmp_
     assert all(("return" in r["reward_info"]["extracted"] or "print(" in r["reward_info"]["extracted"]) for r in solved)
     assert {r["reward_info"]["reason"] for g in math for r in g["responses"]} <= MATH_REASONS
     # the prompts went through the chat template with the code problems' system message kept
-    assert all(g["prompt"].startswith("# python\nQ: ") and g["prompt"].endswith("\nA: ") for g in code), code[0]["prompt"]
+    rendered = [g["prompt"] for g in code]
+    assert all(p.startswith("# python\nQ: ") and p.endswith("\nA: ") for p in rendered), rendered[0]
     evals = result.evals
     assert {"eval/code_oneliner/avg@n", "eval/arith/avg@n"} <= set(evals[-1]), evals[-1]

@@ -104,7 +104,8 @@ def test_cli_writes_the_figures_to_wandb_and_mlflow(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert not (out / "tb").exists()
     client, runs = mlflow_run(f"file:{out / 'mlruns'}", "lagrl", "cmp-1")
-    assert [x.path for x in client.list_artifacts(runs[0].info.run_id, "figures/compare")] == ["figures/compare/compare.png"]
+    artifacts = client.list_artifacts(runs[0].info.run_id, "figures/compare")
+    assert [x.path for x in artifacts] == ["figures/compare/compare.png"]
     (wb,) = wandb_offline_runs(out / "wandb")
     assert wb["name"] == "cmp-1" and any(h.get("compare/_type") == "image-file" for h in wb["history"])
     assert list((out / "wandb").glob("offline-run-*/files/media/images/compare_*.png"))

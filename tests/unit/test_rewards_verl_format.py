@@ -93,8 +93,8 @@ def test_code_shapes_map_onto_the_sandbox_test_kinds():
     kinds = lambda spec: [(t.kind, t.fn_name) for t, _ in parse_test_spec(spec)]   # noqa: E731
     assert kinds(code_spec({"inputs": ["1\n"], "outputs": ["1\n"]})) == [("stdio", "")]
     assert kinds(code_spec('{"inputs": [[1, 2]], "outputs": [3], "fn_name": "add"}')) == [("call", "add")]
-    assert kinds(code_spec([{"input": "1\n2", "output": "3", "testtype": "functional"}], {"fn_name": "f"})) == [("call", "f")]
-    assert parse_test_spec(code_spec([{"input": "1\n2", "output": "3", "testtype": "functional"}], {"fn_name": "f"}))[0][0].args == [1, 2]
+    functional = code_spec([{"input": "1\n2", "output": "3", "testtype": "functional"}], {"fn_name": "f"})
+    assert kinds(functional) == [("call", "f")] and parse_test_spec(functional)[0][0].args == [1, 2]
     assert kinds(code_spec(["assert f(1) == 1"])) == [("assert", "")]
     assert kinds(code_spec("assert f(1) == 1")) == [("assert", "")]
     assert kinds(code_spec({"inputs": [["1", "2"]], "outputs": [["3"]]})) == [("stdio", "")]   # lines

@@ -116,7 +116,8 @@ def test_a_resume_continues_the_same_tracker_run(tmp_path, monkeypatch):
     assert ml["reward/mean"] == pytest.approx(expected) and ml["eval/avg_at_n"] == {0: 0.25}
     assert ml["eval/pass_at_2"] == {0: 0.5}
     assert runs[0].data.params["learner.lr"] == "0.001" and runs[0].data.params["steps"] == "3"   # immutable
-    assert [a.path for a in client.list_artifacts(runs[0].info.run_id, "figures/compare")] == ["figures/compare/fig.png"]
+    artifacts = client.list_artifacts(runs[0].info.run_id, "figures/compare")
+    assert [a.path for a in artifacts] == ["figures/compare/fig.png"]
 
     wb = wandb_offline_runs(run_dir / "wandb")
     assert [(r["id"], r["name"], r["project"]) for r in wb] == [("r-1", "r-1", "lagrl")] * 2
