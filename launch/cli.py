@@ -1,6 +1,7 @@
 """Command line shared by the entry scripts: preset -> world -> overrides -> print/save -> run.
 
-Worlds (launch.worlds, one at most): --world NAME, or its alias --NAME (--tiny, --reasoning, --shapes).
+Worlds (launch.worlds, one at most): --world NAME, or its alias --NAME (--tiny, --reasoning, --shapes, --code).
+Trackers: --tracking tensorboard,wandb,mlflow (or none); default TensorBoard into <run>/tb/.
 
 Heavy modules (Ray, vLLM, DeepSpeed) are imported only after the config is resolved, so
 `--help`, `--print-config` and config errors are instant.
@@ -33,6 +34,9 @@ def build_config(argv: list[str], default_preset: str):
                     help="scale the preset to this CPU world (launch/worlds)")
     for name, world in WORLDS.items():
         ap.add_argument(f"--{name}", dest="worlds", action="append_const", const=name, help=world.help)
+    ap.add_argument("--tracking", metavar="LIST", default=None,
+                    help="experiment trackers, any of tensorboard,wandb,mlflow (comma-separated) or none; "
+                    "default tensorboard into <run>/tb/ (launch.run.tracking)")
     ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args, rest = ap.parse_known_args(argv)
     require_own_packages()
@@ -43,10 +47,19 @@ def build_config(argv: list[str], default_preset: str):
             raise ValueError(f"{' and '.join('--' + w for w in worlds)} are different worlds: pick one")
         if worlds:
             cfg = scale_to_world(cfg, worlds[0])
-        cfg = apply_overrides(cfg, split_overrides(rest))
+        tracking = [] if args.tracking is None else [("tracking.backends", _backends_json(args.tracking))]
+        cfg = apply_overrides(cfg, tracking + split_overrides(rest))
     except (ConfigError, ValueError, KeyError) as exc:
         ap.exit(2, f"error: {exc}\n")
     return cfg, args.print_config
+
+
+def _backends_json(text: str) -> str:
+    """``tensorboard,wandb`` -> ``["tensorboard", "wandb"]``; ``none`` -> ``[]``."""
+    import json
+
+    names = [] if text.strip().lower() in ("", "none") else [n.strip() for n in text.split(",")]
+    return json.dumps(names)
 
 
 def config_line(cfg) -> str:

@@ -5,7 +5,8 @@
     ├── actors:  actors.config.ActorConfig         (vLLM engines, sampling)
     ├── rewards: rewards.config.RewardConfig       (verifiers, sandbox, worker pool)
     ├── learner: learner.trainer_config.LearnerConfig (mode, batches, loss, entropy, DeepSpeed)
-    └── data:    DataConfig                        (model, datasets, stages = response budgets, evaluation)
+    ├── data:    DataConfig                        (model, datasets, stages = response budgets, evaluation)
+    └── tracking: launch.run.tracking.TrackingConfig (TensorBoard / W&B / MLflow; `--tracking a,b`)
 
 Settings that several components must agree on live once, at the top: the sampling
 temperature (actors sample at it, the learner divides its logits by it), the group size, the
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from actors.config import ActorConfig
 from buffer.config import BufferConfig
 from launch.worlds import WorldName
+from launch.run.tracking import TrackingConfig
 from learner.trainer_config import LearnerConfig
 from rewards.config import RewardConfig
 
@@ -50,9 +52,18 @@ class DataConfig(BaseModel):
         "auto", description="How actors and learner ranks get model_dir (actors.cluster.model_source): 'shared' = the "
         "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "
         "locally; 'auto' = object_store on a cluster of several nodes, shared on one.")
-    train_path: str | None = Field(None, description="JSONL/parquet of math problems (fields: problem, answer[, id, data_source]).")
+    train_path: str | None = Field(None, description="JSONL/parquet of problems: flat (problem, answer[, id, "
+                                   "data_source]) or the verl layout (see format).")
     eval_path: str | None = Field(None, description="Held-out JSONL/parquet for avg@n evaluation.")
-    prompt_key: str = Field("problem", description="Field holding the problem text.")
+    format: Literal["auto", "flat", "verl"] = Field(
+        "auto", description="Dataset rows: 'flat' = prompt_key/answer_key fields; 'verl' = the verl layout "
+        "(data_source, prompt as chat messages, ability, reward_model.ground_truth, extra_info; "
+        "rewards.verl_format); 'auto' = verl when the first row has a chat-message prompt and reward_model.")
+    bad_rows: Literal["fail", "skip"] = Field(
+        "fail", description="A row that cannot be scored (verl layout: no user message, code tests the "
+        "sandbox cannot run, ...): 'fail' stops at load naming the rows; 'skip' trains on the others and "
+        "prints the rejected rows with their reasons.")
+    prompt_key: str = Field("problem", description="Field holding the problem text (flat rows).")
     answer_key: str = Field("answer", description="Field holding the gold answer.")
     chat_template: bool = Field(True, description="Wrap problems in the tokenizer's chat template when it has one.")
     stages: list[StageConfig] = Field(default_factory=lambda: [StageConfig(max_tokens=16384)],
@@ -106,6 +117,7 @@ class RunConfig(BaseModel):
     rewards: RewardConfig = Field(default_factory=RewardConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     data: DataConfig = Field(default_factory=DataConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

@@ -102,9 +102,18 @@ def multistage() -> RunConfig:
     return cfg.model_copy(update={"preset": "multistage", "data": data, "actors": actors})
 
 
+def mixed_math_code() -> RunConfig:
+    """Math and code problems in one run, as Skywork-OR1 trains: the baseline, with a code answer
+    rewarded 1 only when every test passes (binary like math, so the two kinds share one reward scale).
+    The data mixes both (a verl-layout set whose data_source picks the reward; ``--code``: the code world)."""
+    cfg = baseline()
+    rewards = cfg.rewards.model_copy(update={"code_all_or_nothing": True})
+    return cfg.model_copy(update={"preset": "mixed_math_code", "rewards": rewards})
+
+
 PRESETS: dict[str, Callable[[], RunConfig]] = {
     "baseline": baseline, "onpolicy": onpolicy, "offpolicy_reuse4": offpolicy_reuse4,
-    "offpolicy_guarded": offpolicy_guarded, "multistage": multistage,
+    "offpolicy_guarded": offpolicy_guarded, "multistage": multistage, "mixed_math_code": mixed_math_code,
     **{f"reuse{n}_dr{r}_dt{t}": reuse(n, r, t) for n, r, t in
        [(1, 64, 64), (1, 64, 16), (2, 64, 32), (2, 64, 64), (4, 64, 16), (4, 64, 64), (1, 32, 32), (1, 16, 16),
         (4, 256, 64)]},

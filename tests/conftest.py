@@ -62,3 +62,11 @@ def reasoning_world():
     from launch.worlds.reasoning.build import ensure_reasoning_world
 
     return ensure_reasoning_world()
+
+
+@pytest.fixture(scope="session")
+def code_world():
+    """The cached code world (launch.worlds.code: a+b and one-line programs); built once (~1-2 min) if missing."""
+    from launch.worlds.code.build import ensure_code_world
+
+    return ensure_code_world()

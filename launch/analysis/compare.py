@@ -12,6 +12,10 @@ evaluated checkpoint, ``launch.analysis.pass_at_k_plot``) and prints its path th
 
 The panels themselves are ``launch.analysis.plots``. pandas and matplotlib are imported inside the
 functions so ``--help`` stays instant.
+
+The figures also go to the experiment trackers (``--tracking``, default tensorboard: ``<out>/tb``;
+``wandb``, ``mlflow`` as for a run, ``launch.run.tracking``) as images of one tracker run named
+``--run-name`` (default ``compare-<date>-<time>``), beside the runs they compare.
 """
 
 from __future__ import annotations
@@ -171,6 +175,25 @@ def write_compare(frames: dict[str, pd.DataFrame], out_dir: str | Path) -> tuple
     return png, csv
 
 
+def figures_to_trackers(tracking, name: str, out_dir: str | Path, figures: dict[str, Path], *,
+                        store_root: str | Path | None = None, hparams: dict | None = None, log=print) -> list[str]:
+    """Log each figure (tag -> PNG) as an image of the tracker run ``name``; returns the backends used.
+    ``tracking``: a ``launch.run.tracking.TrackingConfig``; TensorBoard writes ``out_dir/tb``, a default
+    MLflow file store is ``store_root/mlruns`` (default ``out_dir``)."""
+    from launch.run.tracking import open_trackers
+
+    if not tracking.backends or not figures:
+        return []
+    trackers = open_trackers(tracking, name=name, log_dir=out_dir, store_root=store_root or out_dir,
+                             hparams=hparams or {}, log=log)
+    try:
+        for tag, png in figures.items():
+            trackers.log_image(tag, png, 0)
+        return trackers.names
+    finally:
+        trackers.close()
+
+
 def newest_run(url: str) -> str:
     """The run on the server that was written to last (newest metrics/groups/prompts entry id)."""
     from buffer.keys import RunKeys
@@ -212,7 +235,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--redis-url", help="buffer URL (with --runs); default: $LAGRL_REDIS_URL or $REDIS_URL")
     ap.add_argument("--labels", nargs="+", help="legend labels, one per run (default: run id (preset))")
     ap.add_argument("--out", type=Path, required=True, help="output directory")
+    ap.add_argument("--tracking", default="tensorboard", metavar="LIST",
+                    help="trackers that get the figures too: any of tensorboard,wandb,mlflow, or none")
+    ap.add_argument("--tracking-project", default="lagrl", help="W&B project / MLflow experiment")
+    ap.add_argument("--run-name", default=None, help="the tracker run's name (default compare-<date>-<time>)")
     args = ap.parse_args(argv)
+    from launch.run.tracking import TrackingConfig
+
+    try:
+        tracking = TrackingConfig.model_validate({"backends": TrackingConfig.model_validate(args.tracking).backends,
+                                                  "project": args.tracking_project})
+    except ValueError as exc:
+        ap.error(f"--tracking: {exc}")
     from launch.install_check import require_own_packages
 
     require_own_packages()
@@ -253,6 +287,11 @@ def main(argv: list[str] | None = None) -> None:
     curves = write_pass_at_k(frames, args.out)
     if curves is not None:
         print(curves)
+    import time
+
+    figures = {"compare": png, **({"pass_at_k": curves} if curves is not None else {})}
+    figures_to_trackers(tracking, args.run_name or time.strftime("compare-%Y%m%d-%H%M%S"), args.out, figures,
+                        hparams={"runs": list(frames)}, log=lambda line: print(line, file=sys.stderr))
 
 
 if __name__ == "__main__":

@@ -91,9 +91,10 @@ def run(cfg: RunConfig) -> RunResult:
     from launch.run.feeder import PromptFeeder
     from launch.run.progress import Progress
     from launch.run.prompt_stats import PromptStats
-    from launch.run.summary import build_summary, format_summary, read_evals, read_metrics
+    from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, summary_scalars
+    from launch.run.tracking import Trackers, check_available, open_trackers
     from learner.loop import Learner
-    from rewards.problems import append_jsonl, load_problems
+    from rewards.problems import append_jsonl
     from rewards.workers import RewardPool
 
     started = time.monotonic()
@@ -101,6 +102,9 @@ def run(cfg: RunConfig) -> RunResult:
     run_path.mkdir(parents=True, exist_ok=True)
     write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
+    check_available(cfg.tracking.backends)          # a missing tracker package fails before anything starts
+    problems = _load(cfg, train_path)               # so does a bad dataset row
+    eval_problems = _load(cfg, eval_path) if eval_path else None
 
     init_ray(cfg)
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
@@ -114,10 +118,10 @@ def run(cfg: RunConfig) -> RunResult:
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     renderer = PromptRenderer(tokenizer, cfg.data.chat_template, template)
-    problems = load_problems(train_path, cfg.data.prompt_key, cfg.data.answer_key)
     result = RunResult(cfg.run_id, run_path, url)
     stop, stop_reason = _Stop(), "completed"
     pool = actors = loops = feeder = learner = None
+    trackers = Trackers([])
     try:
         pool = RewardPool(cfg=cfg.rewards)
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
@@ -128,6 +132,9 @@ def run(cfg: RunConfig) -> RunResult:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
+        # the run id names the tracker run; a resumed run continues it from the step it retrains
+        trackers = open_trackers(cfg.tracking, name=cfg.run_id, log_dir=run_path, store_root=run_path.parent,
+                                 hparams=cfg.model_dump(mode="json"), start_step=learner.steps_done)
         actors = create_generation_actors(cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size,
                                           seed=cfg.seed, reward_scorer=pool, buffer_cfg=cfg.buffer,
                                           log_dir=str(run_path / "logs"), transport=learner.actor_transport)
@@ -142,16 +149,16 @@ def run(cfg: RunConfig) -> RunResult:
                               seed=cfg.seed)
         stats = PromptStats(buffer)
         evaluator = None
-        if eval_path:
-            evaluator = Evaluator(url, cfg.run_id, load_problems(eval_path, cfg.data.prompt_key, cfg.data.answer_key),
-                                  renderer, n=cfg.data.eval_n, temperature=cfg.temperature,
-                                  max_problems=cfg.data.eval_max_problems)
+        if eval_problems:
+            evaluator = Evaluator(url, cfg.run_id, eval_problems, renderer, n=cfg.data.eval_n,
+                                  temperature=cfg.temperature, max_problems=cfg.data.eval_max_problems)
 
         def evaluate() -> None:
             if _servable(learner, buffer):
                 budget = cfg.data.eval_max_tokens(learner.steps_done)
                 result.evals.append(_evaluate(evaluator, buffer, learner, budget))
                 append_jsonl(result.evals[-1], run_path / "evals.jsonl")   # the whole run's, across resumes
+                trackers.log_eval(result.evals[-1])
 
         if evaluator:
             evaluate()
@@ -175,6 +182,7 @@ def run(cfg: RunConfig) -> RunResult:
             stats.update()
             result.metrics.append(metrics)
             append_jsonl(metrics, run_path / "metrics.jsonl")
+            trackers.log_metrics(metrics)
             print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
             if "guard/event" in metrics:
                 print(metrics["guard/event"]["message"], flush=True)
@@ -184,6 +192,9 @@ def run(cfg: RunConfig) -> RunResult:
             stop_reason = "stopped by signal"
         if evaluator and (not result.evals or result.evals[-1]["step"] != learner.steps_done):
             evaluate()
+    except BaseException:
+        trackers.close(failed=True)
+        raise
     finally:
         _shutdown(feeder, actors, loops, learner, pool)
         if server is not None:
@@ -193,6 +204,8 @@ def run(cfg: RunConfig) -> RunResult:
                             seconds=result.seconds, rows=read_metrics(run_path / "metrics.jsonl"),
                             evals=read_evals(run_path / "evals.jsonl"), stop_reason=stop_reason)
     (run_path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    trackers.log_summary(summary_scalars(summary))
+    trackers.close()
     print(format_summary(summary), flush=True)
     return result
 
@@ -220,6 +233,13 @@ def _evaluate(evaluator, buffer, learner, max_tokens: int) -> dict:
     print(f"[eval] step {step} version {learner.version}: avg@{row['eval/n']} {row['eval/avg@n']:.3f} "
           f"over {row['eval/problems']} problems ({row['eval/seconds']:.1f}s)", flush=True)
     return row
+
+
+def _load(cfg: RunConfig, path: str):
+    from rewards.problems import load_problems
+
+    return load_problems(path, cfg.data.prompt_key, cfg.data.answer_key, format=cfg.data.format,
+                         bad_rows=cfg.data.bad_rows, code_sources=cfg.rewards.code_data_sources)
 
 
 def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:

@@ -35,7 +35,7 @@ class Evaluator:
         self._round += 1
         tag = f"eval{self._round}-v{version}"
         prompts = [PromptMsg(prompt_id=f"{tag}-{i}", data_source=p.data_source,
-                             prompt_ids=np.asarray(self.renderer.ids(p.problem), dtype=np.int32),
+                             prompt_ids=np.asarray(self.renderer.ids(p), dtype=np.int32),
                              answer=p.answer, n_samples=self.n, max_tokens=max_tokens, step=step,
                              min_version=version, temperature=self.temperature, meta={"problem_id": p.id})
                    for i, p in enumerate(self.problems)]

@@ -10,7 +10,9 @@ Overrides after ``--`` apply to every preset. Then ``launch.analysis.compare.wri
 ``<out>/compare.png`` (entropy/mean; reward/accuracy and the held-out eval avg@n (dashed) vs
 step; one colour per preset) and ``<out>/compare.csv`` (long format), and ``<out>/ablation.json``
 records per preset: wall seconds, entropy and accuracy at the first/last step, eval avg@n first/last.
-A preset that fails is reported and the others still run (exit status 1).
+A preset that fails is reported and the others still run (exit status 1). The figure also goes to the
+runs' trackers (their ``tracking`` config: TensorBoard by default, ``<out>/tb``) as an image of a tracker
+run named after the prefix, in the same W&B project / MLflow store (``<out>/runs/mlruns``) as the runs.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
         report["runs"].append(summarize(preset, result))
     png, csv = compare.write_compare(frames, out)
     report.update(png=str(png), csv=str(csv))
+    report["tracking"] = compare.figures_to_trackers(cfgs[0].tracking, prefix, out, {"ablation": png},
+                                                     store_root=out / "runs", hparams={"presets": presets, "lr": lr})
     (out / "ablation.json").write_text(json.dumps(report, indent=2, default=float))
     return report
 

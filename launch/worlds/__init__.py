@@ -4,6 +4,7 @@
     scaling.py     the shared part of scaling a preset down: D_R/D_T, N_reuse and N_SGD kept, one CPU actor
     tiny/          arithmetic with 7-token answers: the demo and most tests (``--tiny``)
     reasoning/     written-out running sums, 13-159 tokens: budgets, truncation and shaping bite (``--reasoning``)
+    code/          a+b and one-line Python programs in the verl layout: code in the loop (``--code``)
     shapes/        Qwen2.5-0.5B's shapes with random weights: memory and time at real size (``--shapes``)
 
     python -m launch.worlds tiny            # build (or find) a world and print its manifest
@@ -14,8 +15,8 @@ registry must not: ``launch.config`` takes the names from here):
 
 - ``scale``: ``scale(cfg: RunConfig) -> RunConfig``, any preset scaled to the world (``--world``);
 - ``build``: ``build(seed=0, cache_dir=None, log=print) -> cache.World``, the built world (cached);
-- ``template``: the prompt template of its problems (``"Q: {problem}\\nA: "``): the worlds' tokenizers
-  have no chat template.
+- ``template``: the prompt template of its problems (``"Q: {problem}\\nA: "``), used when the world's
+  tokenizer has no chat template (the code world's has one).
 
 Adding a world: a folder here (its task, model, ``build.py`` through :func:`cache.ensure_world`, and
 ``scale.py`` through :func:`scaling.rescale`) and one entry in :data:`WORLDS`. Nothing else: the
@@ -50,6 +51,11 @@ WORLDS: dict[str, WorldEntry] = {
         template="launch.worlds.reasoning.task:PROMPT_TEMPLATE",
         help="the reasoning CPU world: written-out running sums, 64 -> 128 -> 256-token budgets, truncation and "
              "overlong shaping bite (launch/worlds/reasoning)"),
+    "code": WorldEntry(
+        scale="launch.worlds.code.scale:scale_to_code", build="launch.worlds.code.build:ensure_code_world",
+        template="launch.worlds.code.scale:PROMPT_TEMPLATE",
+        help="the code CPU world: a+b and one-line Python programs trained together, code scored in the sandbox "
+             "(launch/worlds/code)"),
     "shapes": WorldEntry(
         scale="launch.worlds.shapes.scale:scale_to_shapes", build="launch.worlds.shapes.build:ensure_shapes_world",
         template="launch.worlds.tiny.task:PROMPT_TEMPLATE", evaluates=False,

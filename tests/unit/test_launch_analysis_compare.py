@@ -83,6 +83,32 @@ def test_cli_writes_png_and_csv(tmp_path: Path):
     assert [s for s, _ in acc] == [0, 1, 2, 3]
     assert [v for _, v in acc] == pytest.approx([0.2, 0.25, 0.3, 0.35])
     assert sum(r["metric"] == "eval/accuracy" for r in rows) == 3
+    from PIL import Image
+
+    from tests.tracker_readers import tensorboard_images      # the figure also went to TensorBoard (default)
+    assert tensorboard_images(out / "tb") == {"compare": [(0, *Image.open(png).size)]}
+
+
+def test_cli_writes_the_figures_to_wandb_and_mlflow(tmp_path: Path):
+    import os
+
+    from tests.tracker_readers import mlflow_run, wandb_offline_runs
+
+    a = _write_run(tmp_path, "run-a", _rows(4, entropy0=0.5, with_eval=True), preset="onpolicy")
+    out = tmp_path / "cmp"
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.run([sys.executable, "-m", "launch.tools.compare", "--metrics-jsonl", str(a), "--out", str(out),
+                           "--tracking", "wandb,mlflow", "--run-name", "cmp-1"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / "tb").exists()
+    client, runs = mlflow_run(f"file:{out / 'mlruns'}", "lagrl", "cmp-1")
+    artifacts = client.list_artifacts(runs[0].info.run_id, "figures/compare")
+    assert [x.path for x in artifacts] == ["figures/compare/compare.png"]
+    (wb,) = wandb_offline_runs(out / "wandb")
+    assert wb["name"] == "cmp-1" and any(h.get("compare/_type") == "image-file" for h in wb["history"])
+    assert list((out / "wandb").glob("offline-run-*/files/media/images/compare_*.png"))
 
 
 def test_cli_names_a_missing_file(tmp_path: Path):

@@ -4,7 +4,14 @@ run's rows read back from its directory (read_run_rows: compare and the science 
 import json
 from pathlib import Path
 
-from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, read_run_rows
+from launch.run.summary import (
+    build_summary,
+    format_summary,
+    read_evals,
+    read_metrics,
+    read_run_rows,
+    summary_scalars,
+)
 
 RUN = Path("/runs/r1")
 STEPS = [   # three learner steps of made-up figures
@@ -45,6 +52,15 @@ def test_the_dict_holds_the_same_figures():
     assert s["groups"] == {"trained": 11, "zero_advantage_dropped": 3, "stale_dropped": 3,
                            "stale_responses_dropped": 7}
     assert s["files"]["metrics.jsonl"] == "/runs/r1/metrics.jsonl" and s["guard"] is None and s["prime"] is None
+
+
+def test_the_trackers_get_the_summary_as_numbers():
+    assert summary_scalars(_summary(EVALS)) == {
+        "steps": 3.0, "seconds": 125.4, "accuracy/first": 0.125, "accuracy/last": 0.375,
+        "train_accuracy/first": 0.25, "train_accuracy/last": 0.75, "entropy/first": 0.8, "entropy/last": 0.6,
+        "length/first": 40.0, "length/last": 52.5, "lag_mean": 1.0, "lag_max": 3.0, "groups/trained": 11.0,
+        "groups/zero_advantage_dropped": 3.0, "groups/stale_dropped": 3.0, "groups/stale_responses_dropped": 7.0}
+    assert "accuracy/first" not in summary_scalars(_summary([]))
 
 
 def test_a_run_without_evaluation_says_so():

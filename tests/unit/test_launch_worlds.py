@@ -19,8 +19,9 @@ def test_every_entry_resolves_to_its_three_parts():
         assert "{problem}" in load(spec.template), name
         cfg = scale_to_world(get_preset("onpolicy"), name)
         assert cfg.world == name and cfg.actors.num_gpus == 0 and cfg.learner.num_ranks == 1
-        assert cfg.data.chat_template is False                  # the worlds' tokenizers have no chat template
-    with pytest.raises(KeyError, match="unknown world 'nope'; choose from: tiny, reasoning, shapes"):
+        # the worlds' tokenizers have no chat template, but the code world's (its rows are chat messages)
+        assert cfg.data.chat_template is (name == "code")
+    with pytest.raises(KeyError, match="unknown world 'nope'; choose from: tiny, reasoning, code, shapes"):
         entry("nope")
 
 
