@@ -80,8 +80,9 @@ def ensure_world(name: str, build: Callable[[Path], dict], cache_dir: Path | Non
     root, manifest = ensure_built(name, logged, cache_dir)
     if manifest is not None:
         warmup = manifest.get("warmup")
-        log(f"[{tag}] built in {manifest['build_seconds']}s" + (
-            f"; warm-up accuracy {warmup['accuracy']:.3f} after {warmup['steps']} steps" if warmup else ""))
+        log(f"[{tag}] built in {manifest['build_seconds']}s" + (   # a world may report accuracy its own way
+            f"; warm-up accuracy {warmup['accuracy']:.3f} after {warmup['steps']} steps"
+            if warmup and "accuracy" in warmup else ""))
     return World(root)
 
 
