@@ -10,8 +10,11 @@
   transport loads through a weight-transfer engine (``actors.transport.vllm_engine``), the same
   code either way.
 - An engine process dies with its actor: :func:`watch_owner` runs in every vLLM worker process
-  (``actors.worker_extension`` starts it) and kills the engine core when the actor that started it
-  is gone, however it went (SIGKILL included: nothing in the actor runs then).
+  (``actors.worker_extension`` starts it) and stops the engine core when the actor that started it
+  is gone, however it went (SIGKILL included: nothing in the actor runs then). SIGTERM first:
+  vLLM then shuts its processes down and removes its shared-memory message queues from
+  ``/dev/shm`` (a killed engine leaves them behind); SIGKILL after ``OWNER_GRACE_S``. An actor that
+  stops normally shuts its engine down itself (``GenerationActor.run``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from actors.config import ActorConfig
 
 OWNER_ENV = "LAGRL_ENGINE_OWNER"    # "<pid>:<create time>" of the actor that builds the engine
 OWNER_POLL_S = 1.0
+OWNER_GRACE_S = 10.0                # from SIGTERM to SIGKILL of an orphaned engine
 
 
 def _on_gpu(cfg: ActorConfig) -> bool:
@@ -77,10 +81,10 @@ def engine_pids(pid: int | None = None) -> list[int]:
     return [p.pid for p in psutil.Process(pid or os.getpid()).children(recursive=True)]
 
 
-def watch_owner(poll_s: float = OWNER_POLL_S) -> threading.Thread | None:
-    """In an engine process an actor started (the engine core, or a tensor-parallel worker below it):
-    a daemon thread that kills the engine core and this process once the actor is gone. None in
-    the actor's own process, or in a process no actor started."""
+def watch_owner(poll_s: float = OWNER_POLL_S, grace_s: float = OWNER_GRACE_S) -> threading.Thread | None:
+    """In an engine process an actor started (the engine core, or a worker process below it): a
+    daemon thread that stops the engine core (SIGTERM, SIGKILL after ``grace_s``) and this process
+    once the actor is gone. None in the actor's own process, or in a process no actor started."""
     raw = os.environ.get(OWNER_ENV, "")
     if not raw:
         return None
@@ -92,8 +96,9 @@ def watch_owner(poll_s: float = OWNER_POLL_S) -> threading.Thread | None:
         return None
     me = psutil.Process()
     parent = me.parent()
-    # the engine core is the actor's child; a tensor-parallel worker is the engine core's child
-    core = parent.pid if parent is not None and parent.pid != owner and parent.ppid() == owner else me.pid
+    # the engine core is the actor's child; a worker process (vLLM's multiprocess executor, also
+    # for one CPU worker) is the engine core's child
+    core = parent if parent is not None and parent.pid != owner and parent.ppid() == owner else me
 
     def owner_alive() -> bool:
         try:
@@ -105,10 +110,18 @@ def watch_owner(poll_s: float = OWNER_POLL_S) -> threading.Thread | None:
     def watch() -> None:
         while owner_alive():
             time.sleep(poll_s)
-        print(f"[lagrl] engine process {me.pid}: actor {owner} is gone; stopping the engine", file=sys.stderr,
-              flush=True)
-        if core != me.pid:
-            os.kill(core, signal.SIGKILL)
+        print(f"[lagrl] engine process {me.pid}: actor {owner} is gone; stopping the engine (pid {core.pid})",
+              file=sys.stderr, flush=True)
+        try:
+            core.send_signal(signal.SIGTERM)       # vLLM shuts down its workers (this one too) and queues
+            if core.pid == me.pid:
+                time.sleep(grace_s)
+            else:
+                core.wait(grace_s)
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.TimeoutExpired:
+            core.kill()
         os.kill(me.pid, signal.SIGKILL)
 
     thread = threading.Thread(target=watch, daemon=True, name="lagrl-owner-watch")

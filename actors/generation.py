@@ -180,7 +180,18 @@ class GenerationActorImpl:
                 time.sleep(1.0)
         self._drain()
         self._heartbeat(force=True)
+        self._close_engine()
         return self.status()
+
+    def _close_engine(self) -> None:
+        """After the last iteration: shut the engine down cleanly, so an out-of-process engine core and
+        its workers exit now and remove their shared-memory queues (Ray kills what an actor leaves
+        running when it is killed, and a killed engine leaves them in /dev/shm)."""
+        try:
+            with self._engine_lock:
+                self.engine.engine_core.shutdown()
+        except Exception as exc:
+            print(f"[lagrl] {self.actor_id}: engine shutdown failed: {type(exc).__name__}: {exc}", flush=True)
 
     def _iteration(self) -> None:
         now = time.monotonic()

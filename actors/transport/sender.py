@@ -139,7 +139,9 @@ class CollectiveSender:
 
     # ---- membership
     def _live(self) -> list[Registration]:
-        return self.hub.live(self.cfg.stale_after_s)
+        """Registered members whose loop beat recently, or every engine rank of which did (it is still
+        receiving: e.g. leaving a set-up this learner gave up on)."""
+        return [r for r in self.hub.registrations() if not self._silent_workers(r)]
 
     def lacking(self) -> list[Registration]:
         """Live members that do not hold the published version: restarted or added actors, and
@@ -265,10 +267,10 @@ class CollectiveSender:
             "seq": self.seq, "version": self.version, "gen": g.gen, "world": g.world, "backend": self.backend,
             "plan": pid, "timeout_s": self.cfg.collective_timeout_s,
             "members": [[m.actor, m.inc, g.offsets[m.actor], m.workers] for m in g.members]})
-        incs = {m.actor: m.inc for m in g.members}
+        by_actor = {m.actor: m for m in g.members}
         missing = self.hub.wait_keys(
             self._keys(self.seq, "ready", g.members), self.cfg.join_timeout_s,
-            give_up=lambda keys: all(self._stale(k.rsplit("/", 1)[1], incs[k.rsplit("/", 1)[1]]) for k in keys))
+            give_up=lambda keys: all(self._silent_workers(by_actor[k.rsplit("/", 1)[1]]) for k in keys))
         if missing:
             self.hub.store.set(f"s{self.seq}/decision", "abort")
             return self._error(g, f"not ready within {self.cfg.join_timeout_s:.0f} s",

@@ -13,7 +13,10 @@ learner step the test checks that the engine holds exactly the learner's weights
 
 And an engine process never outlives its actor: the ray run SIGKILLs the actor after its last step
 (nothing in the actor runs then; Ray restarts it and the new engine loads the current version), and
-each run's end stops and kills its actor; no engine process of either is left.
+each run's end stops and kills its actor; no engine process of either is left, and nothing they
+made is left in /dev/shm (neither vLLM's message queues nor the object store's staging files),
+except the message queues of the SIGKILLed actor's engine: Ray kills an actor's process group
+when the actor dies, SIGKILL before vLLM's shutdown could remove them (the test removes those).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import signal
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import psutil
 import pytest
@@ -79,6 +83,7 @@ class EngineChecks:
         self.sums: list[dict[str, float]] = []
         self.engine_pids: set[int] = set()
         self.killed: dict = {}
+        self.killed_shm: set[str] = set()      # vLLM's queues the SIGKILLed engine had mapped
 
     def __call__(self, learner, actors, metrics: dict) -> None:
         [actor] = actors
@@ -88,6 +93,7 @@ class EngineChecks:
         self.engine_pids.update(pids)
         self.check_weights(learner, actor)
         if self.kill_after_last_step and learner.steps_done == STEPS:
+            self.killed_shm = _mapped_shm(pids)
             os.kill(status["pid"], signal.SIGKILL)
             left = _gone(pids)
             self.killed = {"pid": status["pid"], "engine_pids": pids, "left": left}
@@ -95,9 +101,10 @@ class EngineChecks:
             restarted = _status_at(actor, learner.version)       # Ray restarts it; it loads the current version
             assert restarted["pid"] != status["pid"]
             self.engine_pids.update(ray.get(actor.engine_pids.remote()))
-            self.check_weights(learner, actor)
+            self.check_weights(learner, actor, moved=False)
 
-    def check_weights(self, learner, actor) -> None:
+    def check_weights(self, learner, actor, moved: bool = True) -> None:
+        """``moved``: a new version since the last check (else the same one, e.g. after a restart)."""
         engine = ray.get(actor.param_checksums.remote())
         want = learner_checksums(learner.full_state_dict())
         assert set(engine) <= set(want), f"engine parameters without a learner counterpart: {set(engine) - set(want)}"
@@ -105,14 +112,30 @@ class EngineChecks:
         wrong = {n: (v, want[n]) for n, v in engine.items() if v != pytest.approx(want[n], rel=1e-9, abs=1e-9)}
         assert not wrong, f"version {learner.version}: engine != learner: {wrong}"
         if self.sums:
-            assert engine != self.sums[-1] or len(self.sums) > STEPS, "the weights did not change with the version"
+            assert (engine != self.sums[-1]) == moved, f"version {learner.version}: moved={moved} expected"
         self.sums.append(engine)
+
+
+def _mapped_shm(pids) -> set[str]:
+    """The /dev/shm files the processes ``pids`` have mapped."""
+    names = set()
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            if "/dev/shm/" in line:
+                names.add(line.rsplit("/dev/shm/", 1)[1].split()[0])
+    return names
+
+
+def _shm() -> set[str]:
+    """vLLM's shared-memory message queues and lagrl's staged versions in /dev/shm."""
+    return {p.name for p in Path("/dev/shm").glob("*") if p.name.startswith(("psm_", "lagrl-weights-"))}
 
 
 def _run(tmp_path, run_id: str, args: list[str], checks: EngineChecks):
     from launch.cli import build_config
     from launch.run.driver import run
 
+    shm_before = _shm()
     cfg, _ = build_config([*FAST, *args, "--run_dir", str(tmp_path / "runs"), "--run_id", run_id],
                           default_preset="onpolicy")
     assert cfg.actors.engine_process == "separate"
@@ -127,6 +150,11 @@ def _run(tmp_path, run_id: str, args: list[str], checks: EngineChecks):
     assert max(kl) < 1e-9
     left = _gone(checks.engine_pids)
     assert not left, f"engine processes {left} outlived the run's actors"
+    left = _shm() - shm_before
+    for name in left & checks.killed_shm:
+        (Path("/dev/shm") / name).unlink()
+    print(f"[{run_id}] left in /dev/shm by the SIGKILLed engine (removed): {sorted(left & checks.killed_shm)}")
+    assert not left - checks.killed_shm, f"left in /dev/shm: {sorted(left - checks.killed_shm)}"
     return result
 
 
