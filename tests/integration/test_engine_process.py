@@ -15,8 +15,8 @@ And an engine process never outlives its actor: the ray run SIGKILLs the actor a
 (nothing in the actor runs then; Ray restarts it and the new engine loads the current version), and
 each run's end stops and kills its actor; no engine process of either is left, and nothing they
 made is left in /dev/shm (neither vLLM's message queues nor the object store's staging files),
-except the message queues of the SIGKILLed actor's engine: Ray kills an actor's process group
-when the actor dies, SIGKILL before vLLM's shutdown could remove them (the test removes those).
+except the message queues (and a semaphore) of the SIGKILLed actor's engine: Ray kills an actor's
+process group when the actor dies, before vLLM's shutdown could remove them (the test removes them).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class EngineChecks:
         self.engine_pids.update(pids)
         self.check_weights(learner, actor)
         if self.kill_after_last_step and learner.steps_done == STEPS:
-            self.killed_shm = _mapped_shm(pids)
+            self.killed_shm = _mapped_shm([status["pid"], *pids])
             os.kill(status["pid"], signal.SIGKILL)
             left = _gone(pids)
             self.killed = {"pid": status["pid"], "engine_pids": pids, "left": left}
@@ -117,13 +117,13 @@ class EngineChecks:
 
 
 def _mapped_shm(pids) -> set[str]:
-    """The /dev/shm files the processes ``pids`` have mapped."""
+    """The multiprocessing shared memory and semaphores (vLLM's queues) the processes ``pids`` have mapped."""
     names = set()
     for pid in pids:
         for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
             if "/dev/shm/" in line:
                 names.add(line.rsplit("/dev/shm/", 1)[1].split()[0])
-    return names
+    return {n for n in names if n.startswith(("psm_", "sem.mp-"))}
 
 
 def _shm() -> set[str]:
@@ -151,9 +151,10 @@ def _run(tmp_path, run_id: str, args: list[str], checks: EngineChecks):
     left = _gone(checks.engine_pids)
     assert not left, f"engine processes {left} outlived the run's actors"
     left = _shm() - shm_before
-    for name in left & checks.killed_shm:
+    killed = {p.name for p in Path("/dev/shm").glob("*") if p.name in checks.killed_shm}
+    for name in killed:
         (Path("/dev/shm") / name).unlink()
-    print(f"[{run_id}] left in /dev/shm by the SIGKILLed engine (removed): {sorted(left & checks.killed_shm)}")
+    print(f"[{run_id}] left in /dev/shm by the SIGKILLed actor and engine (removed): {sorted(killed)}")
     assert not left - checks.killed_shm, f"left in /dev/shm: {sorted(left - checks.killed_shm)}"
     return result
 
