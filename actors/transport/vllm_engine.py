@@ -27,6 +27,7 @@ actors pull between engine steps.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,8 @@ from actors.transport.hub import Hub
 
 BACKEND = "lagrl_collective"
 SHM_BACKEND = "lagrl_shm"
+# under vLLM's logger: one line per version in the engine's own log (actors.engine_logs), wherever it runs
+log = logging.getLogger("vllm.lagrl.weights")
 
 
 @dataclass
@@ -154,6 +157,8 @@ class LagrlShmEngine(_LayerwiseReloadEngine):
             self.model.load_weights(named)
             n += len(named)
         self.stats = {"version": info.version, "tensors": n, "bytes": info.nbytes, "load_s": time.monotonic() - t0}
+        log.info("lagrl: loaded version %d from %s (%d tensors, %.1f MB) in %.3f s", info.version, info.path, n,
+                 info.nbytes / 1e6, self.stats["load_s"])
 
     def shutdown(self) -> None:
         pass
@@ -214,6 +219,8 @@ class LagrlCollectiveEngine(_LayerwiseReloadEngine):
             self.model.load_weights(unpack(buf, bucket))
             nbytes += buf.numel()
         self.stats.update(receive_s=time.monotonic() - t0, bytes=nbytes, buckets=len(plan), version=info.version)
+        log.info("lagrl: loaded version %d from group %d (%d buckets, %.1f MB) in %.3f s", info.version, info.gen,
+                 len(plan), nbytes / 1e6, self.stats["receive_s"])
 
     def _tick(self, seq: int):
         """While a wait runs (group set-up, header, buckets): this worker's heartbeat for the learner

@@ -145,6 +145,8 @@ def _run(tmp_path, run_id: str, args: list[str], checks: EngineChecks):
     rows = [m for m in result.metrics if "lag/max" in m]
     assert len(rows) == STEPS and len(checks.sums) >= STEPS
     assert all(r["mode"] == "on_policy" and r["lag/max"] == 0 and r["lag/straddled"] == 0 for r in rows), rows
+    engine_log = "".join(p.read_text() for p in (result.run_path / "logs").glob("lagrl-gen-*.log"))
+    assert f"lagrl: loaded version {STEPS} from " in engine_log      # logged by the engine's own process
     kl = [r["mismatch/kl_k3"] for r in rows]
     print(f"[{run_id}] mismatch KL per step: {kl}")
     assert max(kl) < 1e-9
