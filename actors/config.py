@@ -49,6 +49,7 @@ class ActorConfig(BaseModel):
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs per actor (0 on CPU); tensor_parallel_size GPUs are needed per engine.")
     num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves per actor.")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism per engine (GPU only).")
+    engine_process: Literal["auto", "in_process", "separate"] = Field("auto", description="Where vLLM's engine core runs: 'separate' = a child process of the actor (vLLM's own default on GPU), 'in_process' = the actor's process; auto = separate with GPUs, in_process on CPU. Weights reach either through a weight-transfer engine (actors/transport/vllm_engine.py).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Engine dtype; auto = bf16 on GPU, fp32 on CPU.")
     enforce_eager: bool = Field(True, description="Skip graph capture/compilation: much faster start-up, slower decoding; off for long GPU runs.")
     gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM KV-cache budget on GPU.")
@@ -62,6 +63,19 @@ class ActorConfig(BaseModel):
     @classmethod
     def _alias(cls, value):
         return "collective" if value == "nccl" else value
+
+    @model_validator(mode="after")
+    def _nccl_needs_whole_gpus(self) -> ActorConfig:
+        """NCCL puts no two ranks of one group on one GPU: an engine on a fraction of a GPU shares it
+        with the learner or another engine ('auto' is NCCL whenever the learner is on a GPU)."""
+        if self.weight_transport == "collective" and self.collective.backend != "gloo" \
+                and self.num_gpus != int(self.num_gpus):
+            raise ValueError(
+                f"actors.num_gpus={self.num_gpus} shares a GPU, and the collective transport's "
+                f"{self.collective.backend!r} backend is NCCL on GPUs, which refuses two ranks on one device: "
+                "give each actor whole GPUs (--actors.num_gpus 1), or send weights over gloo "
+                "(--actors.collective.backend gloo) or the object store (--actors.weight_transport ray)")
+        return self
     # --- placement on a cluster (actors.cluster.placement) ---
     resources: CustomResources = Field(
         default_factory=dict, description="Custom Ray resources each actor needs, e.g. {\"gen\": 1}: actors "

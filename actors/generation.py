@@ -94,6 +94,9 @@ class GenerationActorImpl:
                              max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16),
                              **self.transport.llm_kwargs())
         self.engine = self.llm.llm_engine
+        # vLLM's engine client is not thread-safe (with the engine core out of process it is a ZMQ
+        # socket): the loop thread and control calls (weights_checksum) take turns
+        self._engine_lock = threading.RLock()
         self.version = 0
         self._prefix_cache_dirty = False
         self._stop = threading.Event()
@@ -119,7 +122,19 @@ class GenerationActorImpl:
                 "time": time.time()}
 
     def weights_checksum(self) -> float:
-        return self.llm.collective_rpc("lagrl_weights_checksum")[0]
+        with self._engine_lock:
+            return self.llm.collective_rpc("lagrl_weights_checksum")[0]
+
+    def param_checksums(self) -> dict[str, float]:
+        """Engine rank 0's float64 sum of each materialised parameter, by vLLM name."""
+        with self._engine_lock:
+            return self.llm.collective_rpc("lagrl_param_checksums")[0]
+
+    def engine_pids(self) -> list[int]:
+        """The engine's own processes (empty when its core runs in this one)."""
+        from actors.engine import engine_pids
+
+        return engine_pids()
 
     # ---- weights
     def sync_weights(self, force: bool = False) -> int:
@@ -127,7 +142,8 @@ class GenerationActorImpl:
         a collective send naming this actor); returns the version the engine holds."""
         published = self.buffer.get_version()
         try:
-            loaded = self.transport.poll(self.llm, self.version, published, force=force)
+            with self._engine_lock:
+                loaded = self.transport.poll(self.llm, self.version, published, force=force)
         except Exception as exc:
             # The published weights are gone: a learner killed with its job published them and
             # its restarted incarnation, resumed from an older checkpoint, is retraining up to
@@ -143,7 +159,8 @@ class GenerationActorImpl:
         if self._prefix_cache_dirty:
             # Cached prompt KV was computed by the old weights; vLLM refuses while requests run,
             # so retry every iteration until it succeeds.
-            self._prefix_cache_dirty = not self.llm.reset_prefix_cache()
+            with self._engine_lock:
+                self._prefix_cache_dirty = not self.llm.reset_prefix_cache()
         return self.version
 
     # ---- main loop
@@ -156,10 +173,25 @@ class GenerationActorImpl:
             except Exception as exc:  # keep the actor alive; the error is visible in the heartbeat
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"[:500]
                 traceback.print_exc()
+                if type(exc).__name__ == "EngineDeadError":
+                    # the engine core process is gone: exit, so Ray restarts the actor with a new engine
+                    self._heartbeat(force=True)
+                    os._exit(1)
                 time.sleep(1.0)
         self._drain()
         self._heartbeat(force=True)
+        self._close_engine()
         return self.status()
+
+    def _close_engine(self) -> None:
+        """After the last iteration: shut the engine down cleanly, so an out-of-process engine core and
+        its workers exit now and remove their shared-memory queues (Ray kills what an actor leaves
+        running when it is killed, and a killed engine leaves them in /dev/shm)."""
+        try:
+            with self._engine_lock:
+                self.engine.engine_core.shutdown()
+        except Exception as exc:
+            print(f"[lagrl] {self.actor_id}: engine shutdown failed: {type(exc).__name__}: {exc}", flush=True)
 
     def _iteration(self) -> None:
         now = time.monotonic()
@@ -172,7 +204,9 @@ class GenerationActorImpl:
             return
         self._admit()
         if self.engine.has_unfinished_requests():
-            for out in self.engine.step():
+            with self._engine_lock:
+                outputs = self.engine.step()
+            for out in outputs:
                 if out.finished:
                     self._finish(out)
         self._flush_scored(block=False)
@@ -217,7 +251,8 @@ class GenerationActorImpl:
                                 top_p=self.cfg.top_p, max_tokens=prompt.max_tokens, logprobs=0,
                                 output_kind=RequestOutputKind.FINAL_ONLY)
         request_id = f"{prompt.prompt_id}@{self.actor_id}"
-        self.engine.add_request(request_id, {"prompt_token_ids": prompt.prompt_ids.tolist()}, params)
+        with self._engine_lock:
+            self.engine.add_request(request_id, {"prompt_token_ids": prompt.prompt_ids.tolist()}, params)
         self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, time.time())
 
     def _finish(self, out) -> None:
@@ -274,7 +309,8 @@ class GenerationActorImpl:
     def _drain(self) -> None:
         """On stop: abort unfinished requests (their prompts stay pending for reclaim), store scored ones."""
         if self._in_flight:
-            self.engine.abort_request(list(self._in_flight))
+            with self._engine_lock:
+                self.engine.abort_request(list(self._in_flight))
             self._in_flight.clear()
         self._flush_scored(block=True)
 

@@ -1,34 +1,39 @@
-"""Named methods injected into every vLLM worker (`worker_extension_cls`).
+"""Named methods injected into every vLLM worker (`worker_extension_cls`), and what must run there.
 
-Weight updates go through these instead of reaching into engine internals from outside:
-`LLM.collective_rpc("lagrl_load_weights", args=(named_tensors,))` runs on every worker,
-which reloads in place through vLLM's own `reload_weights` (it re-applies the loader logic:
-fused QKV / gate-up sharding, tensor-parallel slicing, tied embeddings).
+vLLM imports this module in every worker process before the model loads (the actor's own process
+when the engine core is in-process, else the engine core's process and its tensor-parallel
+workers). That is where
 
-vLLM imports this module in every worker process before the model loads, which is where the
-collective transport's weight-transfer engine registers itself (``actors.transport.vllm_engine``),
-so multi-process and tensor-parallel workers can create it.
+- lagrl's weight-transfer engines register with vLLM's factory (``actors.transport.vllm_engine``):
+  every weight transport loads through them, never by passing tensors to ``collective_rpc``
+  (vLLM's IPC hands an out-of-process worker ``[dtype, shape, index]`` lists, not tensors);
+- an engine process starts watching the actor that owns it (``actors.engine.watch_owner``), so it
+  never outlives it.
+
+The methods here only read: they answer small JSON-able values through ``collective_rpc``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from actors.transport.vllm_engine import refresh_packed_copies, register
+from actors.engine import watch_owner
+from actors.transport.vllm_engine import register
 
 register()
+watch_owner()
 
 
 class LagrlWorkerExtension:
-    def lagrl_load_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> int:
-        """Load HF-named tensors (checkpoint format) into the running model; returns how many."""
-        self.reload_weights(weights_iterator=iter(named_tensors), is_checkpoint_format=True)
-        # vLLM 0.32 CPU: the tied lm_head keeps a packed oneDNN copy the reload does not refresh
-        refresh_packed_copies(self.model_runner.model)
-        return len(named_tensors)
-
     def lagrl_weights_checksum(self) -> float:
         """Sum of all materialised parameters in float64: shows that a swap happened. (On CPU vLLM
         repacks linear weights into kernel tensors, so this covers embeddings, norms and biases.)"""
         with torch.no_grad():
             return float(sum(p.double().sum() for p in self.model_runner.model.parameters()))
+
+    def lagrl_param_checksums(self) -> dict[str, float]:
+        """float64 sum of every materialised parameter by vLLM name (fused names such as ``qkv_proj``;
+        a CPU-repacked linear weight has no elements and is left out)."""
+        with torch.no_grad():
+            return {name: float(p.double().sum()) for name, p in self.model_runner.model.named_parameters()
+                    if p.numel() and p.device.type != "meta"}

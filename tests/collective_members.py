@@ -20,8 +20,9 @@ import torch
 
 
 class RecordingModel:
-    """Receives ``load_weights`` calls; dies (SIGKILL) at bucket ``die_at[1]`` of version ``die_at[0]``;
-    with ``fail``, raises at the second bucket of every version (alive, but never loads). With
+    """Receives ``load_weights`` calls; dies (SIGKILL) at bucket ``die_at[1]`` of version ``die_at[0]``
+    (or, with ``die_at_init``, when its engine joins a group); with ``fail``, raises at the second
+    bucket of every version (alive, but never loads). With
     ``keep=False`` it keeps only a checksum (benchmarks: memory stays one bucket)."""
 
     def __init__(self, die_at: tuple[int, int] | None = None, fail: bool = False, keep: bool = True):
@@ -30,6 +31,7 @@ class RecordingModel:
         self.version = None
         self.bucket = 0
         self.die_at, self.fail, self.keep = die_at, fail, keep
+        self.die_at_init = False             # SIGKILL when joining the next group (after the learner's "go")
 
     def load_weights(self, named) -> set[str]:
         if self.die_at == (self.version, self.bucket):
@@ -53,6 +55,11 @@ def _engine_class():
 
     class StubEngine(LagrlCollectiveEngine):
         """The real engine with vLLM's layerwise reload replaced (there is no vLLM model here)."""
+
+        def init_transfer_engine(self, init_info) -> None:
+            if self.model.die_at_init:
+                os.kill(os.getpid(), signal.SIGKILL)
+            super().init_transfer_engine(init_info)
 
         def start_weight_update(self) -> None:
             self.model.bucket = 0
@@ -102,6 +109,7 @@ def member_main(transport, actor_id: str, die_at: tuple[int, int] | None = None,
     version, errors, reported = 0, 0, transport._receiver.stats
     while not hub.has("test/stop"):
         llm.model.fail = fail or hub.has(f"test/{actor_id}/fail")     # the test may break its loader
+        llm.model.die_at_init = hub.has(f"test/{actor_id}/die_at_init")
         try:
             version = transport.poll(llm, version, (0, ""))
         except Exception as exc:

@@ -5,7 +5,8 @@ module and never on a concrete transport. Implementations live beside it, one mo
 and are imported by name when :func:`make_transport` builds one:
 
 - ``object_store`` (``ray``, the default; CPU and multi-node): tensors go into Ray's object
-  store and a small named actor keeps references to the latest versions.
+  store and a small named actor keeps references to the latest versions; an actor hands the
+  version it fetched to its engine through one shared-memory file (``shm``).
 - ``collective`` (GPU clusters; ``nccl`` is an alias): learner rank 0 and every engine worker
   form one group and each version is one ordered set of bucketed broadcasts (NCCL on CUDA,
   gloo on CPU, through the same code).
@@ -20,6 +21,11 @@ order: under ZeRO-3 reading the weights gathers them, which is a collective):
     actor:        between engine steps: version = transport.poll(llm, version, buffer.get_version())
 
 A *location* is a string ending in ``/<version>``.
+
+Into the engine, every implementation goes through lagrl's backends for vLLM's weight-transfer API
+(``vllm_engine``), never through tensors passed to ``collective_rpc``: the engine core may run in
+its own process (``ActorConfig.engine_process``; always on GPU), and vLLM's IPC does not carry
+tensors as RPC arguments.
 """
 
 from __future__ import annotations

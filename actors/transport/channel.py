@@ -6,14 +6,21 @@ re-formed group never collides with a member still stuck in an old one, and no n
 needed. Both backends are built the same way and used through the same two methods
 (``broadcast``, ``close``):
 
-- gloo (CPU): vLLM's ``init_gloo_process_group``; every wait is bounded by gloo's own timeout.
+- gloo (CPU): vLLM's ``init_gloo_process_group``; every wait is bounded by gloo's own timeout,
+  and a peer that dies in a broadcast fails it at once.
 - NCCL (CUDA): vLLM's ``PyNcclCommunicator`` over a ``StatelessProcessGroup`` on the same
   store. PyNccl has no timeouts, and a dead peer does not fail the others' kernels, so each
-  broadcast records a CUDA event that is polled until ``timeout_s``, running a ``tick`` every
-  ``TICK_S`` meanwhile (the learner checks its members' heartbeats, an engine beats and checks
-  whether the learner aborted the send); on expiry or a raising tick the communicator is aborted.
-  Its construction (``ncclCommInitRank`` and a warm-up all-reduce, both blocking) runs in a
-  thread with the same deadline.
+  broadcast records a CUDA event that is polled until ``timeout_s``; on expiry the communicator
+  is aborted. Broadcasts run on the channel's own CUDA stream (after the work already queued on
+  the caller's), so a receive overlaps the loading of the bucket before it.
+
+Every wait takes a ``tick`` that runs every ``TICK_S`` while it waits and may raise to end it (the
+learner checks its members' heartbeats, an engine beats and checks whether the learner aborted
+the send): the group's set-up starts with a rendezvous on the store polled that way (a peer that
+died after "go" never arrives, and gloo's or NCCL's own rendezvous would wait for it until
+``timeout_s``), and so do the header and every bucket. NCCL's construction then runs in a thread
+with the same deadline and tick; one given up on is left behind until its own timeout, so it gets
+a store connection of its own (a blocked store wait holds the connection it runs on).
 
 Bucket plans cut *before* a bucket would exceed the budget, so the extra memory of a version
 is max(bucket, largest tensor) on a receiver (two while one loads and the next arrives), whatever
@@ -145,8 +152,7 @@ def post_bucket(channel: Channel, bucket: list[ParamMeta]) -> tuple[torch.Tensor
 class Pending(Protocol):
     def wait(self, tick: Callable[[], None] | None = None) -> None:
         """Until the broadcast completed here; raises on a failure or at the channel's timeout.
-        ``tick()`` runs every ``TICK_S`` while NCCL waits (heartbeats, aborting early: it may raise);
-        gloo needs none (a dead peer fails it at once)."""
+        ``tick()`` runs every ``TICK_S`` while it waits (heartbeats, aborting early: it may raise)."""
 
 
 class Channel(Protocol):
@@ -168,12 +174,15 @@ class Channel(Protocol):
 class GlooChannel:
     """A gloo group of one generation (CPU tensors)."""
 
-    def __init__(self, store, gen: int, rank: int, world: int, timeout_s: float):
+    def __init__(self, store, gen: int, rank: int, world: int, timeout_s: float,
+                 tick: Callable[[], None] | None = None):
         from vllm.distributed.utils import init_gloo_process_group
 
         self.gen, self.rank, self.world, self.device = gen, rank, world, torch.device("cpu")
         self.timeout = dt.timedelta(seconds=timeout_s)
-        self.pg = init_gloo_process_group(dist.PrefixStore(f"g{gen}", store), rank, world, self.timeout)
+        prefixed = dist.PrefixStore(f"g{gen}", store)
+        _rendezvous(prefixed, rank, world, timeout_s, f"gloo group {gen} set-up (rank {rank} of {world})", tick)
+        self.pg = init_gloo_process_group(prefixed, rank, world, self.timeout)
 
     def start(self, t: torch.Tensor) -> Pending:
         opts = dist.BroadcastOptions()
@@ -190,8 +199,30 @@ class GlooChannel:
         self.pg = None
 
 
-def _within(fn, timeout_s: float, what: str):
-    """``fn()`` in a daemon thread; TimeoutError after ``timeout_s`` (the thread is left behind)."""
+def _rendezvous(store, rank: int, world: int, timeout_s: float, what: str,
+                tick: Callable[[], None] | None = None) -> None:
+    """Until every rank of the group said it is here, running ``tick`` every ``TICK_S`` (it may raise).
+    Before a group's own rendezvous, which waits for a missing peer until its timeout and cannot
+    be interrupted; a peer that dies between saying so and joining is left to that timeout."""
+    store.set(f"lagrl/here/{rank}", "1")
+    keys = [f"lagrl/here/{r}" for r in range(world)]
+    now = time.monotonic()
+    deadline, next_tick, pause = now + timeout_s, now + TICK_S, 0.001
+    while not store.check(keys):
+        now = time.monotonic()
+        if now > deadline:
+            missing = [r for r in range(world) if not store.check([f"lagrl/here/{r}"])]
+            raise TimeoutError(f"{what}: ranks {missing} did not arrive within {timeout_s:.0f} s")
+        if tick is not None and now >= next_tick:
+            next_tick = now + TICK_S
+            tick()
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def _within(fn, timeout_s: float, what: str, tick: Callable[[], None] | None = None):
+    """``fn()`` in a daemon thread; TimeoutError after ``timeout_s``, ``tick()`` every ``TICK_S``
+    meanwhile (it may raise); either way the thread is left behind."""
     box: dict = {}
 
     def run():
@@ -202,9 +233,14 @@ def _within(fn, timeout_s: float, what: str):
 
     thread = threading.Thread(target=run, daemon=True, name=f"lagrl-{what}")
     thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise TimeoutError(f"{what}: no answer within {timeout_s:.0f} s")
+    deadline = time.monotonic() + timeout_s
+    while thread.is_alive():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{what}: no answer within {timeout_s:.0f} s")
+        thread.join(min(TICK_S, left))
+        if thread.is_alive() and tick is not None:
+            tick()
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -213,21 +249,29 @@ def _within(fn, timeout_s: float, what: str):
 class NcclChannel:
     """An NCCL communicator of one generation (CUDA tensors), with polled deadlines."""
 
-    def __init__(self, store, gen: int, rank: int, world: int, timeout_s: float, device: torch.device):
+    def __init__(self, store, gen: int, rank: int, world: int, timeout_s: float, device: torch.device,
+                 tick: Callable[[], None] | None = None):
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
         from vllm.distributed.utils import StatelessProcessGroup
 
         self.gen, self.rank, self.world, self.device = gen, rank, world, torch.device(device)
         self.timeout_s = timeout_s
-        group = StatelessProcessGroup(rank=rank, world_size=world, store=dist.PrefixStore(f"g{gen}", store))
+        prefixed = dist.PrefixStore(f"g{gen}", store)
+        _rendezvous(prefixed, rank, world, timeout_s, f"nccl group {gen} set-up (rank {rank} of {world})", tick)
+        group = StatelessProcessGroup(rank=rank, world_size=world, store=prefixed)
         self.comm = _within(lambda: PyNcclCommunicator(group, device=self.device), timeout_s,
-                            f"nccl group {gen} init (rank {rank} of {world})")
+                            f"nccl group {gen} init (rank {rank} of {world})", tick)
+        self.stream = torch.cuda.Stream(device=self.device)
 
     def start(self, t: torch.Tensor) -> Pending:
-        stream = torch.cuda.current_stream(self.device)
-        self.comm.broadcast(t, src=0, stream=stream)
+        caller = torch.cuda.current_stream(self.device)
+        # t's memory may still be read or written by work queued on the caller's stream (the sender's
+        # pack, a freed block's last user): the broadcast starts after it
+        self.stream.wait_stream(caller)
+        self.comm.broadcast(t, src=0, stream=self.stream)
+        t.record_stream(self.stream)        # the allocator keeps t's memory until the broadcast is done
         done = torch.cuda.Event()
-        done.record(stream)
+        done.record(self.stream)
         return _NcclPending(self, done)
 
     def broadcast(self, t: torch.Tensor) -> None:
@@ -248,11 +292,19 @@ class _GlooPending:
         self.work = work
 
     def wait(self, tick: Callable[[], None] | None = None) -> None:
-        """Raises at the group's timeout, or at once when a peer dies. The error raised holds no
-        reference to gloo's Work (which keeps the group's connections open): closing the channel
-        must end the group now, so the other members fail at once too."""
+        """Raises at the group's timeout, at once when a peer dies, or when ``tick`` raises. The error
+        raised holds no reference to gloo's Work (which keeps the group's connections open): closing
+        the channel must end the group now, so the other members fail at once too."""
         work, self.work = self.work, None
         try:
+            if tick is not None:
+                next_tick, pause = time.monotonic() + TICK_S, 0.0002
+                while not work.is_completed():
+                    if time.monotonic() >= next_tick:
+                        next_tick = time.monotonic() + TICK_S
+                        tick()
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.002)
             work.wait()
             return
         except Exception as exc:
@@ -282,6 +334,7 @@ class _NcclPending:
                     self.channel.close()  # NCCL kernels of a dead group never finish on their own
                     raise
             time.sleep(0.0005)
+        torch.cuda.current_stream(self.channel.device).wait_event(self.done)   # the caller reads it next
 
 
 def resolve_backend(backend: str, device: torch.device | str) -> str:
@@ -292,12 +345,13 @@ def resolve_backend(backend: str, device: torch.device | str) -> str:
 
 
 def open_channel(backend: str, store, gen: int, rank: int, world: int, timeout_s: float,
-                 device: torch.device | str) -> Channel:
-    """The group of generation ``gen`` on the hub's store, as rank ``rank`` of ``world``."""
+                 device: torch.device | str, tick: Callable[[], None] | None = None) -> Channel:
+    """The group of generation ``gen`` on the hub's store, as rank ``rank`` of ``world``. ``store``:
+    a connection of its own (module docstring); ``tick`` runs while the set-up waits."""
     if backend == "gloo":
-        return GlooChannel(store, gen, rank, world, timeout_s)
+        return GlooChannel(store, gen, rank, world, timeout_s, tick)
     if backend == "nccl":
         if torch.device(device).type != "cuda":
             raise ValueError(f"weight transport backend 'nccl' needs CUDA tensors, this member is on {device}")
-        return NcclChannel(store, gen, rank, world, timeout_s, torch.device(device))
+        return NcclChannel(store, gen, rank, world, timeout_s, torch.device(device), tick)
     raise ValueError(f"unknown collective backend {backend!r} (gloo or nccl)")

@@ -9,6 +9,9 @@ tested with a real TCPStore and nothing else.
 Keys (values are JSON):
   reg/count, reg/<n>            registration log: {"actor", "inc" (incarnation), "workers", "pid"}
   beat/<actor>                  {"inc", "t"}: the actor's loop reached a poll at unix time t
+  beat/<actor>/w<k>             {"inc", "t"}: the actor's engine rank k was waiting in a transfer
+                                (group set-up, header, bucket) at t; while a send runs the actor's
+                                loop is blocked in the engine, and each worker answers for itself
   send                          the current send: {"seq", "version", "gen", "world", "backend",
                                 "plan", "timeout_s", "members": [[actor, inc, rank_offset, workers]]}
   plan/<id>                     a bucket plan, stored once per content hash
@@ -98,13 +101,22 @@ class Hub:
             latest[r["actor"]] = Registration(r["actor"], r["inc"], int(r["workers"]), int(r.get("pid", 0)))
         return list(latest.values())
 
-    def beat(self, actor: str, inc: str) -> None:
-        self.set_json(f"beat/{actor}", {"inc": inc, "t": time.time()})
+    def beat(self, actor: str, inc: str, worker: int | None = None) -> None:
+        """The actor's loop (``worker`` None) or its engine rank ``worker`` is alive now."""
+        self.set_json(f"beat/{actor}" if worker is None else f"beat/{actor}/w{worker}", {"inc": inc, "t": time.time()})
 
-    def beat_age(self, actor: str) -> float | None:
-        """Seconds since ``actor`` last reached a poll (None: never)."""
-        b = self.get_json(f"beat/{actor}")
-        return None if b is None else max(time.time() - float(b["t"]), 0.0)
+    def beat_age(self, actor: str, worker: int | None = None, inc: str | None = None) -> float | None:
+        """Seconds since ``actor`` last reached a poll, or since its engine rank ``worker`` last beat
+        (None: never; also when ``inc`` is given and the beat is another incarnation's)."""
+        b = self.get_json(f"beat/{actor}" if worker is None else f"beat/{actor}/w{worker}")
+        if b is None or inc is not None and b["inc"] != inc:
+            return None
+        return max(time.time() - float(b["t"]), 0.0)
+
+    def stale_workers(self, actor: str, inc: str, workers: int, stale_after_s: float) -> list[int]:
+        """The engine ranks of ``actor``'s incarnation ``inc`` that did not beat within ``stale_after_s``."""
+        ages = [self.beat_age(actor, k, inc) for k in range(workers)]
+        return [k for k, age in enumerate(ages) if age is None or age > stale_after_s]
 
     def live(self, stale_after_s: float) -> list[Registration]:
         """Registered actors whose latest incarnation heartbeat within ``stale_after_s``."""
@@ -115,10 +127,16 @@ class Hub:
                 out.append(r)
         return out
 
-    def describe(self, actor: str, rank: int | None = None) -> str:
-        """``'lagrl-gen-x-0 (rank 1, last heartbeat 2.6 s ago)'``: how a missing member is named."""
+    def describe(self, actor: str, rank: int | None = None, workers: list[int] | None = None,
+                 inc: str | None = None) -> str:
+        """``'lagrl-gen-x-0 (rank 1, last heartbeat 2.6 s ago)'``: how a missing member is named;
+        ``workers``: its engine ranks that went silent, each with its group rank and last beat."""
         age = self.beat_age(actor)
         beat = "never heartbeat" if age is None else f"last heartbeat {age:.1f} s ago"
+        for k in workers or []:
+            wage = self.beat_age(actor, k, inc)
+            where = f"worker {k}" + ("" if rank is None else f" = rank {rank + k}")
+            beat += f"; {where} " + ("never beat" if wage is None else f"last beat {wage:.1f} s ago")
         return f"{actor} ({'' if rank is None else f'rank {rank}, '}{beat})"
 
     # ---- waits

@@ -4,15 +4,22 @@
 ``WeightStore`` actor holds references to the latest versions so any actor, including one Ray
 restarted after a crash, can fetch them by name. Every version copies the whole model through
 the object store, so this is for small models; GPU clusters use a collective broadcast.
+
+Into the engine: the actor stages the fetched version in one shared-memory file
+(``actors.transport.shm``) and loads it through lagrl's vLLM weight-transfer backend
+(``vllm_engine.LagrlShmEngine``): only the file's path and layout cross vLLM's IPC, so the same
+calls load an in-process engine and one whose core runs in its own process. The file is
+removed once the engine has loaded it, also when loading failed.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import ray
 
-from actors.transport import NamedTensors, WeightSource, as_source
+from actors.transport import NamedTensors, WeightSource, as_source, parse_location_version
 
 
 @ray.remote(num_cpus=0)
@@ -43,12 +50,18 @@ class RayObjectStoreTransport:
 
     scheme = "ray"
     upkeep_s = None         # nothing to maintain: any actor can fetch any kept version by name
-    consistent = True
 
     def __init__(self, run_id: str, keep: int = 2):
         self.store_name = f"lagrl-weights-{run_id}"
         self.keep = keep
         self._store = None
+        self._actor = "actor"
+        self._consistent = True    # False after a load failed part-way (the engine holds two versions)
+        self.stats: dict = {}
+
+    @property
+    def consistent(self) -> bool:
+        return self._consistent
 
     def _store_handle(self, create: bool):
         if self._store is None:
@@ -93,10 +106,14 @@ class RayObjectStoreTransport:
 
     # ---- actor side
     def llm_kwargs(self) -> dict:
-        return {}
+        from actors.transport.vllm_engine import SHM_BACKEND, register
+
+        register()                   # in this process too: an in-process engine's worker runs in it
+        return {"weight_transfer_config": {"backend": SHM_BACKEND}}
 
     def attach(self, actor_id: str, llm, keepalive: Callable[[], None] | None = None) -> None:
-        pass
+        self._actor = actor_id
+        llm.init_weight_transfer_engine({"init_info": {}})
 
     def poll(self, llm, have: int, published: tuple[int, str], force: bool = False) -> int:
         """The buffer's version when it is newer than the engine's (or differs, with ``force``)."""
@@ -107,7 +124,27 @@ class RayObjectStoreTransport:
         return have
 
     def load_into(self, llm, location: str) -> None:
-        llm.collective_rpc("lagrl_load_weights", args=(self.fetch(location),))
+        """Fetch the version, stage it in shared memory, load it through the engine's weight transfer."""
+        from actors.transport.shm import write_version
+
+        version = parse_location_version(location)
+        t0 = time.monotonic()
+        staged = write_version(self.fetch(location), f"{self._actor}-v{version}")
+        t1 = time.monotonic()
+        started = False
+        try:
+            llm.start_weight_update()
+            started = True
+            llm.update_weights({"update_info": staged.update_info(version)})
+            llm.finish_weight_update()
+        except BaseException:
+            if started:
+                self._consistent = False
+            raise
+        finally:
+            staged.remove()
+        self._consistent = True
+        self.stats = {"version": version, "bytes": staged.nbytes, "stage_s": t1 - t0, "load_s": time.monotonic() - t1}
 
     def fetch(self, location: str) -> NamedTensors:
         scheme, _, rest = location.partition("://")

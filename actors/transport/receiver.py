@@ -2,7 +2,9 @@
 
 Everything runs in the actor's loop thread between engine steps (``poll``), so no weight
 swap ever races ``engine.step()`` and "alive" means "reaches a poll": the heartbeat is written
-from here, not from a thread. A poll that finds a send naming this incarnation:
+from here, not from a thread. While the engine receives, the loop is blocked in vLLM's calls and
+each engine worker beats for itself (``vllm_engine``; the engine core may run in another process,
+the hub is reached over TCP from wherever it runs). A poll that finds a send naming this incarnation:
 
     ready -> wait for the learner's decision -> (new generation: init_weight_transfer_engine)
           -> start_weight_update -> update_weights -> finish_weight_update -> done
@@ -76,7 +78,7 @@ class CollectiveReceiver:
                 llm.init_weight_transfer_engine({"init_info": {
                     "host": self.hub.host, "port": self.hub.port, "gen": gen, "rank_offset": rank_offset,
                     "world_size": send["world"], "backend": send["backend"], "timeout_s": send["timeout_s"],
-                    "actor": self.actor_id, "inc": self.inc}})
+                    "actor": self.actor_id, "inc": self.inc, "seq": seq}})
                 self.gen = gen
             plan = self._plan(send["plan"])
             t1 = time.monotonic()

@@ -9,9 +9,13 @@ One *attempt* sends the published version to a set of members:
 3. ``send`` on the hub names the members; each sets ``ready`` at its next poll. The wait ends
    at ``join_timeout_s``, or earlier once every missing member's heartbeat is stale;
 4. ``decision``: ``abort`` if anyone is missing (they are evicted and named), else ``go``;
-5. the header, then the buckets (``channel.send_bucket``). Every learner rank walks the same bucket plan
-   (under ZeRO-3 each bucket is gathered on every rank); after a failure rank 0 keeps walking
-   without sending, so the DeepSpeed group never deadlocks;
+5. the group's set-up (a new generation), the header, then the buckets (``channel.send_bucket``),
+   each wait watching the members' heartbeats: a member counts as dead once its loop's heartbeat
+   and one of its engine ranks' (each worker beats for itself while it waits in a transfer) are
+   older than ``stale_after_s``, so one that dies after "go" is named then, not at
+   ``collective_timeout_s``. Every learner rank walks the same bucket plan (under ZeRO-3 each
+   bucket is gathered on every rank); after a failure rank 0 keeps walking without sending, so
+   the DeepSpeed group never deadlocks;
 6. ``done`` from every member, else the ones that did not answer (dead or hung) are named.
 
 A failed attempt asks the coordinator for another (``retry``) with the survivors; the version
@@ -135,7 +139,9 @@ class CollectiveSender:
 
     # ---- membership
     def _live(self) -> list[Registration]:
-        return self.hub.live(self.cfg.stale_after_s)
+        """Registered members whose loop beat recently, or every engine rank of which did (it is still
+        receiving: e.g. leaving a set-up this learner gave up on)."""
+        return [r for r in self.hub.registrations() if not self._silent_workers(r)]
 
     def lacking(self) -> list[Registration]:
         """Live members that do not hold the published version: restarted or added actors, and
@@ -176,6 +182,14 @@ class CollectiveSender:
         """Dead for the hub: no heartbeat within stale_after_s, or a newer incarnation registered."""
         b = self.hub.get_json(f"beat/{actor}")
         return b is None or b["inc"] != inc or time.time() - float(b["t"]) > self.cfg.stale_after_s
+
+    def _silent_workers(self, m: Registration) -> list[int]:
+        """During a send: the member's engine ranks that went silent, when its loop did too ([] = alive).
+        The loop is blocked in the engine while it receives, and each engine rank beats for itself
+        then, so a dead worker is found whatever its siblings do."""
+        if not self._stale(m.actor, m.inc):
+            return []
+        return self.hub.stale_workers(m.actor, m.inc, m.workers, self.cfg.stale_after_s)
 
     # ---- one attempt
     def send(self, source: WeightSource, catch_up: bool = False) -> Outcome:
@@ -230,10 +244,14 @@ class CollectiveSender:
     def _keys(self, seq: int, what: str, members: list[Registration]) -> list[str]:
         return [f"s{seq}/{what}/{m.actor}" for m in members]
 
-    def _error(self, g: _Group, what: str, actors: list[str], detail: str = "") -> WeightTransferError:
-        """An error naming ``actors`` the way an operator reads them; ``.actors`` keeps the ids."""
+    def _error(self, g: _Group, what: str, actors: list[str], detail: str = "",
+               workers: dict[str, list[int]] | None = None) -> WeightTransferError:
+        """An error naming ``actors`` (and their silent engine ranks, ``workers``) the way an operator
+        reads them; ``.actors`` keeps the ids."""
+        incs = {m.actor: m.inc for m in g.members}
         error = WeightTransferError(f"version {self.version}, group {g.gen}: {what}",
-                                    [self.hub.describe(a, g.offsets.get(a)) for a in actors], detail)
+                                    [self.hub.describe(a, g.offsets.get(a), (workers or {}).get(a), incs.get(a))
+                                     for a in actors], detail)
         error.actors = actors
         return error
 
@@ -249,10 +267,10 @@ class CollectiveSender:
             "seq": self.seq, "version": self.version, "gen": g.gen, "world": g.world, "backend": self.backend,
             "plan": pid, "timeout_s": self.cfg.collective_timeout_s,
             "members": [[m.actor, m.inc, g.offsets[m.actor], m.workers] for m in g.members]})
-        incs = {m.actor: m.inc for m in g.members}
+        by_actor = {m.actor: m for m in g.members}
         missing = self.hub.wait_keys(
             self._keys(self.seq, "ready", g.members), self.cfg.join_timeout_s,
-            give_up=lambda keys: all(self._stale(k.rsplit("/", 1)[1], incs[k.rsplit("/", 1)[1]]) for k in keys))
+            give_up=lambda keys: all(self._silent_workers(by_actor[k.rsplit("/", 1)[1]]) for k in keys))
         if missing:
             self.hub.store.set(f"s{self.seq}/decision", "abort")
             return self._error(g, f"not ready within {self.cfg.join_timeout_s:.0f} s",
@@ -263,14 +281,16 @@ class CollectiveSender:
     def _broadcast(self, g: _Group, source: WeightSource, plan) -> tuple[Exception | None, int]:
         """Header and buckets; after a failure the plan is still walked to the end (ZeRO-3)."""
         error, sent = None, 0
+        watch = self._watch(g)
         try:
             if g.channel is None:
-                g.channel = open_channel(self.backend, self.hub.store, g.gen, 0, g.world,
-                                         self.cfg.collective_timeout_s, self.device)
-            g.channel.broadcast(header_tensor(self.seq, self.version, g.gen, len(plan), g.channel.device))
+                # its own store connection: a set-up given up on leaves its rendezvous blocked on it
+                store = Hub.connect(self.hub.host, self.hub.port, self.cfg.collective_timeout_s).store
+                g.channel = open_channel(self.backend, store, g.gen, 0, g.world, self.cfg.collective_timeout_s,
+                                         self.device, tick=watch)
+            g.channel.start(header_tensor(self.seq, self.version, g.gen, len(plan), g.channel.device)).wait(watch)
         except Exception as exc:
             error = exc
-        watch = self._watch(g)
         for bucket, tensors in zip(plan, source.buckets(plan)):
             if error is None:
                 try:
@@ -280,12 +300,14 @@ class CollectiveSender:
         return error, sent
 
     def _watch(self, g: _Group):
-        """While an NCCL broadcast waits: a member whose heartbeat went stale (its engine beats while
-        it receives) is dead, and the broadcast would otherwise hang to its timeout."""
+        """While the set-up, the header or a bucket waits: a member whose loop and one of whose engine
+        ranks went silent is dead, and the wait would otherwise last to its timeout (a dead NCCL
+        peer fails nothing; a gloo peer that never joins the group leaves the set-up waiting)."""
         def tick() -> None:
-            stale = [m.actor for m in g.members if self._stale(m.actor, m.inc)]
-            if stale:
-                raise self._error(g, "broadcast stalled", stale, f"no heartbeat for {self.cfg.stale_after_s:.0f} s")
+            silent = {m.actor: w for m in g.members if (w := self._silent_workers(m))}
+            if silent:
+                raise self._error(g, "broadcast stalled", list(silent),
+                                  f"no heartbeat for {self.cfg.stale_after_s:.0f} s", workers=silent)
         return tick
 
     def _collect_done(self, g: _Group) -> WeightTransferError | None:

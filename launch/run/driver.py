@@ -78,7 +78,9 @@ class _Stop:
         print(f"\n[driver] signal {signum}: finishing the current step, then shutting down", flush=True)
 
 
-def run(cfg: RunConfig) -> RunResult:
+def run(cfg: RunConfig, on_step=None) -> RunResult:
+    """The run ``cfg`` describes, to its end. ``on_step(learner, actors, metrics)``: called after each
+    learner step, before the next one starts (tests check the engines against the learner there)."""
     import ray
     from transformers import AutoTokenizer
 
@@ -184,6 +186,8 @@ def run(cfg: RunConfig) -> RunResult:
             append_jsonl(metrics, run_path / "metrics.jsonl")
             trackers.log_metrics(metrics)
             print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
+            if on_step is not None:
+                on_step(learner, actors, metrics)
             if "guard/event" in metrics:
                 print(metrics["guard/event"]["message"], flush=True)
             if evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0:

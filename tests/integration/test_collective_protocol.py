@@ -2,7 +2,9 @@
 spawned processes are the members (``tests.collective_members``: lagrl's real weight-transfer engine
 receive path into a recording model). Faults: a member SIGKILLed while idle, one SIGKILLed
 mid-broadcast, a restarted member caught up, a member whose loader always fails (the version
-raises after max_attempts), no member at all. Each failure must end within its deadline with an
+raises after max_attempts), no member at all, and one SIGKILLed after the learner's "go", before
+it joined the group (the group's set-up waits for it: named at stale_after_s, not at the 300 s
+collective timeout). Each failure must end within its deadline with an
 error naming the member, and the survivors must hold exactly the weights sent.
 """
 
@@ -98,3 +100,33 @@ def test_versions_faults_catch_up_and_max_attempts(learner):
     time.sleep(CFG.stale_after_s + 0.3)
     [out] = lr.publish(5)
     assert (out["members"], out["errors"], out["retry"], out["events"]) == (0, 0, False, [])
+
+
+def test_a_member_dead_after_go_is_named_at_stale_after_s_not_the_collective_timeout():
+    """A dies joining the group (after "go"): gloo's rendezvous would wait for it until
+    collective_timeout_s on the learner and on B. The learner's set-up watches the heartbeats (A's
+    loop and its engine rank are silent), names A, and aborts the send, which ends B's set-up too;
+    the retry goes on with B."""
+    cfg = CFG.model_copy(update={"collective_timeout_s": 300.0})
+    lr = Rank0(cfg)
+    try:
+        lr.spawn("A")
+        lr.spawn("B")
+        lr.wait_live(["A", "B"])
+        lr.hub.store.set("test/A/die_at_init", "1")
+        time.sleep(0.5)                                  # A's loop reads it at its next poll
+        t0 = time.monotonic()
+        first, second = lr.publish(1)
+        took = time.monotonic() - t0
+        assert took < cfg.stale_after_s + 8.0, f"{took:.1f} s"
+        assert first["events"][0] == "version 1: group 1 formed with A (rank 1), B (rank 2) (gloo, 5 buckets)"
+        assert "version 1, group 1: broadcast stalled: missing A (rank 1, last heartbeat" in first["events"][1]
+        assert "; worker 0 = rank 1 never beat)" in first["events"][1]
+        assert second["events"] == ["version 1: group 2 formed with B (rank 1) (gloo, 5 buckets; A left)"]
+        assert lr.received("B", 1) == checksums(1)
+        error = lr.hub.get_json("test/B/error/1")
+        assert error["consistent"] is True and "the learner aborted send 1" in error["error"]
+        assert lr.procs["A"].exitcode == -signal.SIGKILL
+        print(f"member dead after go: named and the version delivered to the survivor in {took:.1f} s")
+    finally:
+        lr.close()

@@ -7,6 +7,7 @@ import datetime as dt
 import multiprocessing as mp
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -30,7 +31,7 @@ def _peer(port: int) -> None:
     buf = torch.empty(1 << 20, dtype=torch.uint8)
     channel.broadcast(buf)
     store.set("peer/got", str(int(buf.sum())))
-    # generation 3: never joins
+    # generations 3 and 4: never joins
 
 
 def test_silent_and_absent_peers_time_out_and_a_new_generation_works():
@@ -59,12 +60,17 @@ def test_silent_and_absent_peers_time_out_and_a_new_generation_works():
         assert int(store.get("peer/got")) == 1 << 20
 
         t0 = time.monotonic()
-        try:
-            GlooChannel(store, 3, 0, 2, TIMEOUT_S)
-            raise AssertionError("a group without its peer was built")
-        except RuntimeError:                                # DistStoreError: the peer's key never came
-            pass
-        assert time.monotonic() - t0 < TIMEOUT_S + 5
+        with pytest.raises(TimeoutError, match=r"gloo group 3 set-up \(rank 0 of 2\): ranks \[1\] did not arrive"):
+            GlooChannel(store, 3, 0, 2, TIMEOUT_S)          # the peer never arrives
+        assert TIMEOUT_S - 0.5 < time.monotonic() - t0 < TIMEOUT_S + 5
+
+        def tick():                                         # e.g. the learner finds the peer's heartbeat stale
+            if time.monotonic() - t0 > 0.4:
+                raise RuntimeError("peer is dead")
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="peer is dead"):
+            GlooChannel(store, 4, 0, 2, 300.0, tick=tick)
+        assert time.monotonic() - t0 < 2.0                  # not the 300 s timeout
     finally:
         peer.join(30)
         if peer.is_alive():

@@ -43,6 +43,43 @@ def test_describe_names_rank_and_heartbeat_age(hub):
     assert hub.describe("ghost") == "ghost (never heartbeat)"
 
 
+def test_a_dead_engine_rank_is_named_while_its_sibling_beats():
+    """Tensor parallelism: during a send the actor's loop is blocked in the engine and each engine
+    rank beats for itself; a member is dead once its loop and one of its ranks are silent."""
+    from actors.transport.sender import CollectiveSender
+
+    sender = CollectiveSender(CollectiveConfig(heartbeat_s=0.5, stale_after_s=3.0), "127.0.0.1", "cpu")
+    hub, now = sender.hub, time.time()
+    hub.register("a", "i1", workers=2)
+    [member] = hub.registrations()
+    sender.published(4)
+    group = sender._form([member])
+
+    def beats(loop: float, w0: float | None, w1: float | None, inc: str = "i1") -> list[int]:
+        hub.set_json("beat/a", {"inc": "i1", "t": now - loop})
+        for k, age in ((0, w0), (1, w1)):
+            if age is None:
+                hub.delete([f"beat/a/w{k}"])
+            else:
+                hub.set_json(f"beat/a/w{k}", {"inc": inc, "t": now - age})
+        return sender._silent_workers(member)
+
+    assert beats(loop=0.5, w0=None, w1=None) == []            # the loop beats: between engine steps
+    assert beats(loop=10.0, w0=0.2, w1=0.3) == []             # receiving: both ranks beat
+    assert beats(loop=10.0, w0=0.2, w1=8.0) == [1]            # rank 1 died; rank 0 does not hide it
+    assert beats(loop=10.0, w0=None, w1=None) == [0, 1]       # died between "go" and its first wait
+    assert beats(loop=10.0, w0=0.2, w1=0.2, inc="old") == [0, 1]   # a dead incarnation's beats
+    for k in (0, 1):
+        hub.beat("a", "i1", worker=k)                         # what an engine rank's tick writes
+    assert sender._silent_workers(member) == []
+    beats(loop=10.0, w0=0.2, w1=8.0)
+    with pytest.raises(WeightTransferError) as err:
+        sender._watch(group)()
+    text = str(err.value)
+    assert text.startswith("version 4, group 1: broadcast stalled: missing a (rank 1, last heartbeat 10.")
+    assert "; worker 1 = rank 2 last beat 8." in text and "worker 0" not in text and err.value.actors == ["a"]
+
+
 def test_wait_keys_returns_the_missing_and_can_give_up_early(hub):
     hub.store.set("k/a", "1")
     t0 = time.monotonic()
@@ -95,6 +132,15 @@ def test_config_alias_and_bounds():
         CollectiveConfig(heartbeat_s=5.0, stale_after_s=6.0)
     with pytest.raises(ValueError):
         CollectiveConfig(bucket_mb=0)
+
+
+def test_nccl_on_a_shared_gpu_is_refused_naming_the_fix():
+    for backend in ("nccl", "auto"):
+        with pytest.raises(ValueError, match=r"num_gpus=0.5 shares a GPU.*--actors.num_gpus 1.*backend gloo"):
+            ActorConfig(num_gpus=0.5, weight_transport="collective", collective={"backend": backend})
+    ActorConfig(num_gpus=0.5, weight_transport="collective", collective={"backend": "gloo"})
+    ActorConfig(num_gpus=0.5, weight_transport="ray")
+    ActorConfig(num_gpus=2, weight_transport="nccl")
 
 
 def test_unbound_collective_transport_refuses_to_attach():
