@@ -95,8 +95,8 @@ def read_wheel(path: Path) -> Wheel:
     with zipfile.ZipFile(path) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
         text = zf.read(meta).decode("utf-8", "replace").replace("\r\n", "\n")
-    fields = dict(re.findall(r"^(Name|Version): (.+)$", text, re.M))
-    requires = [Requirement(v) for v in re.findall(r"^Requires-Dist: (.+)$", text, re.M)]
+    fields = dict(re.findall(r"^(Name|Version): (.+)$", text, re.MULTILINE))
+    requires = [Requirement(v) for v in re.findall(r"^Requires-Dist: (.+)$", text, re.MULTILINE)]
     return Wheel(path, canonicalize_name(fields["Name"]), Version(fields["Version"]), "-".join(parts[-3:]), requires)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import resource
@@ -123,6 +124,7 @@ def one_update(ctx: Context, zero_stage: int) -> dict:
                 "peak_kind": "GPU max allocated" if ctx.cuda else "process peak RSS"}
     finally:
         del engine
+        gc.collect()                 # DeepSpeed's engine holds reference cycles; its memory goes with them
         if ctx.cuda:
             torch.cuda.empty_cache()
 
@@ -132,8 +134,9 @@ def learner_stage(ctx: Context) -> dict:
     init_single_rank(ctx.cuda)
     stages = {f"zero{z}": one_update(ctx, z) for z in (0, 2)}
     built = ops_built_since(t0)
-    line = "; ".join(f"ZeRO-{k[4:]} {v['dtype']}: {v['optimizer']}, loss {v['loss']:.4f}, grad norm {v['grad_norm']:.3g}, "
-                     f"step {v['step_s']:.2f} s, peak {v['peak_mib']:.0f} MiB ({v['peak_kind']})"
+    line = "; ".join(f"ZeRO-{k[4:]} {v['dtype']}: {v['optimizer']}, loss {v['loss']:.4f}, "
+                     f"grad norm {v['grad_norm']:.3g}, step {v['step_s']:.2f} s, "
+                     f"peak {v['peak_mib']:.0f} MiB ({v['peak_kind']})"
                      for k, v in stages.items())
     if ctx.cuda:        # DESIGN.md §8: nothing is compiled at run time on a GPU host (no nvcc needed)
         require(not built, f"DeepSpeed compiled {built} at run time; {line}")

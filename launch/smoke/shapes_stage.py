@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import threading
 import time
@@ -64,7 +65,7 @@ class Unscored:
 def model_dir(ctx: Context, size: str) -> Path:
     """A random-weight model of the shapes (bf16) with the shapes world's 151,936-token tokenizer."""
     import torch
-    from transformers import Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from launch.shapes.world import build_tokenizer, qwen25_05b_config
 
@@ -72,9 +73,8 @@ def model_dir(ctx: Context, size: str) -> Path:
     if (out / "model.safetensors").exists() or (out / "model.safetensors.index.json").exists():
         return out
     build_tokenizer(out, seed=0)
-    config = qwen25_05b_config()
-    for k, v in SHAPES[size].items():
-        setattr(config, k, v)
+    fields = {k: v for k, v in qwen25_05b_config().to_dict().items() if k != "layer_types"}   # re-derived
+    config = Qwen2Config(**(fields | SHAPES[size]))
     torch.manual_seed(0)
     with torch.device(ctx.device):          # random init on the GPU: seconds instead of a minute
         model = Qwen2ForCausalLM(config).to(torch.bfloat16)
@@ -200,7 +200,8 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     ours_times = timed(lambda: ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, 0.0, require_lag0=False))
     optimizer, ds_config, dtype = optimizer_name(ours.engine), ours.ds_config, ours.dtype
     ours_peak = peak()
-    del ours
+    ours = None                                          # free its memory before the bare engine is built
+    gc.collect()
     if ctx.cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -221,7 +222,8 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
 
     bare_times = timed(bare_step)
     bare_peak = peak()
-    del bare, model
+    bare = model = None
+    gc.collect()
     if ctx.cuda:
         torch.cuda.empty_cache()
     ours_tps, bare_tps = tokens / statistics.median(ours_times), tokens / statistics.median(bare_times)

@@ -34,6 +34,7 @@ def versions_stage(ctx: Context) -> dict:
     from launch.install_check import problems
 
     found = {name: _version(dists) for name, dists in COMPONENTS.items()}
+    found["torch"] = torch.__version__                 # with its build tag (+cu130, +cpu)
     missing = [n for n in COMPONENTS if importlib.util.find_spec(n) is None or found[n] is None]
     require(not missing, f"not installed: {missing}")
     shadowed = problems()
