@@ -19,7 +19,7 @@ import gc
 import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launch.smoke.context import Context, close_llm
@@ -145,7 +145,8 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
         start_s = time.monotonic() - t0
         try:
             vocab = impl.llm.llm_engine.model_config.get_vocab_size()
-            _bare(impl.llm, _prompts(ShapesPlan(prompts=2, n=2, response_tokens=16), vocab, "warm"), cfg.top_p)
+            warm = replace(plan, prompts=2, n=2, response_tokens=min(16, plan.response_tokens))
+            _bare(impl.llm, _prompts(warm, vocab, "warm"), cfg.top_p)
             bare_tokens, bare_s = _bare(impl.llm, _prompts(plan, vocab, "bare"), cfg.top_p)
             ours_tokens, ours_s = _actor_path(impl, RunBuffer.from_url(server.url, "smoke-shapes"),
                                               _prompts(plan, vocab, "actor"))
