@@ -243,11 +243,13 @@ def shapes_stage(ctx: Context, size: str) -> dict:
     learn = learner_throughput(ctx, mdir, plan)
     g = gw["generation"]
     updates = ", ".join(f"{k} {v:.2f} s" for k, v in gw["weight_update_s"].items())
-    line = (f"Qwen2.5-{size} shapes ({gw['weight_bytes'] / 2**30:.2f} GiB bf16), {plan.prompts}x{plan.n} x "
+    name = "Qwen2.5-1.5B shapes" if size == "1.5b" else "small shapes, 152K vocabulary"
+    peak = f", peak {learn['ours_peak_gib']} GiB (bare {learn['bare_peak_gib']})" if ctx.cuda else ""
+    line = (f"{name} ({gw['weight_bytes'] / 2**30:.2f} GiB {ctx.engine_dtype}), {plan.prompts}x{plan.n} x "
             f"{plan.response_tokens} tokens: engine {g['actor_tokens_per_s']:.0f} tokens/s via the actor vs "
-            f"{g['bare_tokens_per_s']:.0f} bare LLM.generate (x{g['ratio']:.2f}, eager {g['enforce_eager']}); "
-            f"weight update {updates}; learner {learn['ours_tokens_per_s']:.0f} trained tokens/s vs "
-            f"{learn['bare_tokens_per_s']:.0f} bare DeepSpeed (x{learn['ratio']:.2f}, {learn['optimizer']}, "
-            f"peak {learn['ours_peak_gib']} GiB)")
+            f"{g['bare_tokens_per_s']:.0f} bare LLM.generate (x{g['ratio']:.2f}, eager {g['enforce_eager']}, "
+            f"start {g['engine_start_s']:.0f} s); weight update {updates}; learner "
+            f"{learn['ours_tokens_per_s']:.0f} trained tokens/s vs {learn['bare_tokens_per_s']:.0f} bare DeepSpeed "
+            f"(x{learn['ratio']:.2f}, {learn['optimizer']}{peak})")
     return {"line": line, "size": size, "model_build_s": round(build_s, 1), **gw, "learner": learn,
             "plan": plan.__dict__}
