@@ -43,14 +43,16 @@ def run_stage(ctx: Context) -> dict:
     step_s = [m["time/step"] for m in metrics]
     evals = [round(e["eval/avg@n"], 3) for e in result.evals]
     dtype = cfg.actors.dtype if cfg.actors.dtype != "auto" else ctx.engine_dtype
+    learner_dtype = cfg.learner.dtype if cfg.learner.dtype != "auto" else ("bf16" if ctx.cuda else "fp32")
     kl_mean = statistics.fmean(kls)
-    return {"line": f"{len(metrics)} steps, lag/max 0 on every step; mismatch KL (k3, engine {dtype} vs learner) "
-                    f"mean {kl_mean:.3g}, max {max(kls):.3g}; {len(metrics) / sum(step_s):.2f} steps/s "
+    return {"line": f"{len(metrics)} steps, lag/max 0 on every step; mismatch KL (k3, engine {dtype} vs "
+                    f"learner {learner_dtype}) mean {kl_mean:.3g}, max {max(kls):.3g}; "
+                    f"{len(metrics) / sum(step_s):.2f} steps/s "
                     f"({statistics.median(step_s):.2f} s a step), wall {wall:.0f} s with start-up; "
                     f"held-out avg@{cfg.data.eval_n} {evals}",
             "steps": len(metrics), "lag_max": lags, "mismatch_kl_k3": kls, "mismatch_kl_k3_mean": kl_mean,
             "mismatch_kl_k1": [m.get("mismatch/start_kl_k1") for m in metrics], "engine_dtype": dtype,
-            "learner_dtype": cfg.learner.dtype, "steps_per_s": len(metrics) / sum(step_s),
+            "learner_dtype": learner_dtype, "steps_per_s": len(metrics) / sum(step_s),
             "step_s": step_s, "wall_s": round(wall, 1), "evals": evals,
             "weight_sync_s": [m.get("time/weight_sync") for m in metrics],
             "weight_transport": cfg.actors.weight_transport, "run_path": str(result.run_path)}
