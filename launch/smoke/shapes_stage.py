@@ -155,6 +155,10 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
             update_s, version = {}, impl.version
             for kind in kinds:
                 learner_side, actor_side = pairs[kind]
+                if any(shared.get(k) != v for k, v in actor_side.llm_kwargs().items()):
+                    ctx.notes.append(f"stage 6: {kind} not timed: it needs an engine built for its own "
+                                     f"weight-transfer backend ({actor_side.llm_kwargs()})")
+                    continue
                 if kind != host:
                     actor_side.attach(f"smoke-shapes-{kind}", impl.llm)
                 update_s[kind] = round(push(learner_side, actor_side, impl.llm, weights, version + 1, version), 2)
