@@ -111,9 +111,10 @@ def test_prime_step_matches_plain_torch(prime_ranks, world, redis_url, policy, r
 
     with torch.no_grad():
         after = _logprobs(prm, mb)
-    advantages, pm = prime_token_advantages(rows, _per_row(mb, ref), _per_row(mb, before), _per_row(mb, after),
+    advantages, has_baseline, pm = prime_token_advantages(rows, _per_row(mb, ref), _per_row(mb, before), _per_row(mb, after),
                                             cfg.prime)
     assert m["process_reward/std"] == pytest.approx(pm["process_reward/std"], rel=1e-3)
+    assert all(has_baseline)                                        # every group has several rows here
     for r, a in zip(rows, advantages):
         r.token_advantages = a
     mb = collate(rows, list(range(len(rows))))
