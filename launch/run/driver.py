@@ -122,12 +122,16 @@ def run(cfg: RunConfig) -> RunResult:
         pool = RewardPool(cfg=cfg.rewards)
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
                                    model_dir=model, run_dir=run_path,
-                                   transport=transport_for(cfg.actors, cfg.run_id),
+                                   transport=transport_for(cfg.actors, cfg.run_id,
+                                                           keep_versions=cfg.learner.versions_needed),
                                    temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
         if learner.resumed_from:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
+            if r.get("republished"):
+                print(f"[driver] fixed lag {cfg.learner.fixed_lag}: versions {r['republished']} republished "
+                      "from the checkpoint for the prompts pinned to them", flush=True)
         actors = create_generation_actors(cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size,
                                           seed=cfg.seed, reward_scorer=pool, buffer_cfg=cfg.buffer,
                                           log_dir=str(run_path / "logs"), transport=learner.actor_transport)

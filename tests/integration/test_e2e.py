@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.test_monitor_notebook import _pngs, kernel_env, run_notebook  # noqa: F401
+from tests.integration.test_monitor_notebook import PNGS, _pngs, kernel_env, run_notebook  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,8 @@ def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel
     nb, plotted = run_notebook(kernel_env, {"LAGRL_RUN_DIR": str(run_path)})
     assert plotted["run_id"] == run_id and plotted["rows"] >= len(metrics), plotted
     assert plotted["entropy"] > 0 and plotted["reward"] > 0, plotted
-    assert _pngs(nb) == 4
+    assert plotted["lagbucket_entropy"] == len(metrics), plotted       # one bucket (lag 0) every step
+    assert _pngs(nb) == PNGS
 
 
 def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> None:

@@ -246,7 +246,7 @@ def test_on_policy_raises_on_lag(ranks, world, redis_url, policy, run_dir):
     r = groups[0].responses[0]
     row = Row(groups[0].prompt_ids, r.token_ids, r.logprobs, 1.0, v - 1, v - 1, 0)
     with pytest.raises(PolicyLagError):
-        ranks.call("train_updates", [row], [(v, [[0]])], cfg.loss, 1.0, 0.0, True)
+        ranks.call("train_updates", [row], [(v, [[0]], 0)], cfg.loss, 1.0, 0.0)
     assert ranks.version() == v
 
 
