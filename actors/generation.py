@@ -264,8 +264,10 @@ class GenerationActorImpl:
             self._held = waiting
             if not waiting:
                 return
-            first = waiting[0].prompt
-            target = first.pin_version if first.pin_version is not None else first.min_version
+            # the oldest version first: the learner trains the oldest step next; a version not
+            # (yet) loadable, e.g. one a resumed learner has still to retrain, blocks no older one
+            first = min(waiting, key=lambda h: _target(h.prompt)).prompt
+            target = _target(first)
             if not self._may_load(target):
                 return                       # e.g. a pinned request runs: its weights stay until it finished
             moved = self.load_version(target) if first.pin_version is not None else self._wait_for_version(target)
@@ -385,6 +387,11 @@ class GenerationActorImpl:
                         if j.buffer is buffer]
                 if held:
                     buffer.touch_prompts(self.actor_id, held)
+
+
+def _target(prompt: PromptMsg) -> int:
+    """The version a held prompt waits for: its pin, or at least its min_version."""
+    return prompt.pin_version if prompt.pin_version is not None else prompt.min_version
 
 
 GenerationActor = ray.remote(GenerationActorImpl)

@@ -133,6 +133,10 @@ class Learner:
         self.resumed_from = None
         if last is not None:
             self._restore(last)
+        elif self._keeps_versions:
+            # the initial weights are version 0 of the transport too: actors that moved on load them
+            # again for prompts pinned to version 0 (the ramp-in and its top-ups)
+            self._publish()
         self.mode: StepMode = mode_for(cfg, self.guard.mode)
         self._publish_clock()
         self.admission = Admission(cfg, buffer, self.ledger,

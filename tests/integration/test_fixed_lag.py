@@ -99,7 +99,9 @@ def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capf
 
     run_id, k = "fixedlag-2", 2
     ramp = {0: 0, 1: 1}                                  # version -> lag during the ramp-in
-    _, first, rows = _run(tmp_path, run_id, k, 4, ["--learner.checkpoint_every", "2"])
+    # prompts the first run's actor held when it stopped are reclaimed by the second run's after 5 s
+    args = ["--learner.checkpoint_every", "2", "--buffer.reclaim_idle_ms", "5000"]
+    _, first, rows = _run(tmp_path, run_id, k, 4, args)
     assert [r["step"] for r in rows] == [0, 1, 2, 3] and [r["version"] for r in rows] == [1, 2, 3, 4]
     _assert_one_lag_per_step(rows, {v: ramp.get(v, k) for v in range(4)})
     latest = ckpt_io.latest_checkpoint(first.run_path)
@@ -120,7 +122,7 @@ def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capf
                                        n_samples=16, max_tokens=16, step=4, min_version=2, pin_version=2)])
     capfd.readouterr()
 
-    _, second, more = _run(tmp_path, run_id, k, 6, ["--learner.checkpoint_every", "2"])
+    _, second, more = _run(tmp_path, run_id, k, 6, args)
     console = capfd.readouterr().out
     resumed = re.search(r"resumed from \S+ at step (\d+), version (\d+)", console)
     assert resumed and resumed.groups() == ("4", "4"), console[-3000:]

@@ -107,7 +107,6 @@ def test_fixed_lag_trains_exactly_k_behind_defers_later_steps_and_drops_staler(r
     m = col.metrics()
     assert m["groups/stale_dropped"] == 1 and m["lag/stale_dropped"] == 4 + 2 and m["groups/read"] == 4
     assert {g.group_id for _, g in buf.pending_groups(cfg.consumer)} >= {"later"}        # waits, not ACKed
-    assert "later2" not in {g.group_id for _, g in col.entries + col.seen}              # not even read yet
     assert audit(buf.client, buf.run_id).outcomes["stale"] == 1                          # the stale group
     letters = [d["detail"] for d in buf.dead_letters() if d["reason"] == "stale"]
     assert any("lags [3] > the fixed lag 2 at version 5" in d and "group dropped" in d for d in letters), letters
