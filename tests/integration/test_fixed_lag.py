@@ -2,7 +2,7 @@
 
 - k = 0 (strict on-policy): every step's update-lag histogram is exactly {0}, its step-start
   (generation) lag too, one update per step.
-- k = 2 across a resume: the first run trains 4 steps; its histograms are {0}, {1} (the ramp-in:
+- k = 2 across a resume (two drivers, ~80 s): the first run trains 4 steps; its histograms are {0}, {1} (the ramp-in:
   there is no version 2 behind version 0 or 1) then exactly {2}. The run directory is then
   restarted from its checkpoint, as after a killed driver: the weight store died with the first
   driver, so versions 2 and 3 (the ones steps 4 and 5 are pinned to) exist only because the
@@ -28,6 +28,11 @@ pytestmark = pytest.mark.integration
 EVAL = ["--data.eval_every", "0", "--data.eval_n", "1", "--data.eval_max_problems", "8"]
 
 
+def _show(run_id: str, rows: list[dict], seconds: float) -> str:
+    return (f"[{run_id}] {seconds:.0f}s; per step (step, version, lag/hist, lag_start/hist): "
+            + " ".join(f"({r['step']}, {r['version']}, {r['lag/hist']}, {r['lag_start/hist']})" for r in rows))
+
+
 def _run(tmp_path: Path, run_id: str, k: int, steps: int, extra: list[str] = ()):
     from launch.cli import build_config
     from launch.run.driver import run
@@ -38,9 +43,7 @@ def _run(tmp_path: Path, run_id: str, k: int, steps: int, extra: list[str] = ())
     t0 = time.monotonic()
     result = run(cfg)
     rows = [json.loads(line) for line in (result.run_path / "metrics.jsonl").read_text().splitlines()]
-    print(f"[{run_id}] {time.monotonic() - t0:.0f}s; per step (step, version, lag/hist, lag_start/hist): "
-          + " ".join(f"({r['step']}, {r['version']}, {r['lag/hist']}, {r['lag_start/hist']})" for r in rows))
-    return cfg, result, rows
+    return cfg, result, rows, time.monotonic() - t0
 
 
 def _hist_lags(row: dict, key: str = "lag/hist") -> set[int]:
@@ -77,13 +80,13 @@ def _books(run_path: Path, run_id: str):
 
 
 def test_fixed_lag_0_is_exactly_on_policy(ray_local, tmp_path, tiny_world):
-    cfg, result, rows = _run(tmp_path, "fixedlag-0", 0, 3)
+    cfg, result, rows, seconds = _run(tmp_path, "fixedlag-0", 0, 3)
+    print(_show("fixedlag-0", rows, seconds))
     assert cfg.learner.mode == "on_policy" and [r["step"] for r in rows] == [0, 1, 2]
     assert all(r["mode"] == "on_policy" for r in rows)
     _assert_one_lag_per_step(rows, {v: 0 for v in range(3)})
 
 
-@pytest.mark.slow     # ~4-5 min: two drivers, two engine starts
 def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capfd):
     from buffer import RunBuffer
     from buffer.codec import decode_group
@@ -101,7 +104,9 @@ def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capf
     ramp = {0: 0, 1: 1}                                  # version -> lag during the ramp-in
     # prompts the first run's actor held when it stopped are reclaimed by the second run's after 5 s
     args = ["--learner.checkpoint_every", "2", "--buffer.reclaim_idle_ms", "5000"]
-    _, first, rows = _run(tmp_path, run_id, k, 4, args)
+    _, first, rows, seconds = _run(tmp_path, run_id, k, 4, args)
+    with capfd.disabled():
+        print(_show(run_id, rows, seconds))
     assert [r["step"] for r in rows] == [0, 1, 2, 3] and [r["version"] for r in rows] == [1, 2, 3, 4]
     _assert_one_lag_per_step(rows, {v: ramp.get(v, k) for v in range(4)})
     latest = ckpt_io.latest_checkpoint(first.run_path)
@@ -122,8 +127,10 @@ def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capf
                                        n_samples=16, max_tokens=16, step=4, min_version=2, pin_version=2)])
     capfd.readouterr()
 
-    _, second, more = _run(tmp_path, run_id, k, 6, args)
+    _, second, more, seconds = _run(tmp_path, run_id, k, 6, args)
     console = capfd.readouterr().out
+    with capfd.disabled():
+        print(_show(f"{run_id} resumed", more[len(rows):], seconds))
     resumed = re.search(r"resumed from \S+ at step (\d+), version (\d+)", console)
     assert resumed and resumed.groups() == ("4", "4"), console[-3000:]
     assert "fixed lag 2: versions [2, 3] republished from the checkpoint" in console, console[-3000:]
@@ -140,5 +147,6 @@ def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capf
     # pinned prompts run on one version: no response of either run straddles a weight update
     assert all(r.version_start == r.version_end for g in groups for r in g.responses)
     books = _books(second.run_path, run_id)
-    print(f"[audit] {books.line()}")
+    with capfd.disabled():
+        print(f"[audit] {books.line()}")
     assert books.prompts_lost == 0 and books.groups_lost == 0 and books.duplicates == 0, books.as_dict()
