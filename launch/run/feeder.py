@@ -6,7 +6,8 @@ a prompt for learner step s needs the policy version the learner's published clo
 it is issued once the published version reaches that (strict on-policy: step s's prompts
 appear exactly when version s exists; off-policy: up to max_lag versions early, so generation
 overlaps training; fixed lag k: each prompt of step s is pinned to exactly version s - k,
-``PromptMsg.pin_version``, and issued once that version exists). The clock is re-read every tick: the lag guard changes it when it switches
+``PromptMsg.pin_version``, and issued once that version exists).
+The clock is re-read every tick: the lag guard changes it when it switches
 the run between off-policy and strict on-policy. Each step first gets D_R prompts. Dynamic sampling rejects zero-advantage
 groups, so the learner may still lack valid groups once all of them are answered: it publishes how
 many (``learner_need`` in the meta hash, re-sent on every empty read), and the feeder tops up 1.5x

@@ -111,8 +111,8 @@ def test_prime_step_matches_plain_torch(prime_ranks, world, redis_url, policy, r
 
     with torch.no_grad():
         after = _logprobs(prm, mb)
-    advantages, has_baseline, pm = prime_token_advantages(rows, _per_row(mb, ref), _per_row(mb, before), _per_row(mb, after),
-                                            cfg.prime)
+    advantages, has_baseline, pm = prime_token_advantages(rows, _per_row(mb, ref), _per_row(mb, before),
+                                                          _per_row(mb, after), cfg.prime)
     assert m["process_reward/std"] == pytest.approx(pm["process_reward/std"], rel=1e-3)
     assert all(has_baseline)                                        # every group has several rows here
     for r, a in zip(rows, advantages):

@@ -94,8 +94,9 @@ def test_lag_buckets_reduce_across_micro_batches_ranks_and_updates():
     assert step["lagbucket/2-3/clip/high_frac"] == pytest.approx(0.25)
     assert step["lagbucket/2-3/mismatch/kl_k3"] == pytest.approx(k3 / 4)
     assert (step["lagbucket/0/tokens"], step["lagbucket/1/tokens"]) == (2, 1)
-    assert step["lagbucket/0/entropy/mean"] == pytest.approx(0.6) and step["lagbucket/0/ratio/mean"] == pytest.approx(1.25)
-    assert step["lagbucket/0/ratio/max"] == pytest.approx(1.5) and step["lagbucket/0/clip/high_frac"] == pytest.approx(0.5)
+    assert step["lagbucket/0/entropy/mean"] == pytest.approx(0.6)
+    assert step["lagbucket/0/ratio/mean"] == pytest.approx(1.25) and step["lagbucket/0/ratio/max"] == pytest.approx(1.5)
+    assert step["lagbucket/0/clip/high_frac"] == pytest.approx(0.5)
     assert step["lagbucket/1/entropy/mean"] == pytest.approx(0.3)
     assert not any(k.startswith(("lagbucket/4-7/", "lagbucket/8+/")) for k in step)
     assert step["entropy/mean"] == pytest.approx(0.5) and step["tokens/count"] == 7
