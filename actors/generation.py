@@ -5,8 +5,12 @@ Loop (one iteration per engine step):
      (between engine steps, so requests in flight continue on the new weights and record
      `version_end > version_start` instead of hiding the swap);
   2. admission: take prompts from the `prompts` consumer group while fewer than
-     `max_prompts_in_flight` are in the engine; a prompt starts only once the engine runs
-     weights of at least its `min_version` (strict on-policy: exactly its step's version);
+     `max_prompts_in_flight` are in the engine (or held, below); a prompt starts only once the
+     engine runs weights of at least its `min_version` (strict on-policy: exactly its step's version).
+     A pinned prompt (fixed-lag mode, `PromptMsg.pin_version`) starts only on exactly that version,
+     which may be older than the newest: the actor then loads it by version from the transport
+     (`location_for`). While a pinned request runs, the weights never change (step 1 waits), so its
+     responses come from one version; prompts that need other weights are held until then;
   3. one `LLMEngine.step()` (continuous batching over every request in flight);
   4. finished groups go to the reward pool (in a thread, so scoring overlaps generation), and
      scored groups are written to `groups` together with the ACK of their prompt (one Redis
@@ -39,6 +43,15 @@ class _InFlight:
     prompt: PromptMsg
     version_start: int
     taken_at: float
+
+
+@dataclass
+class _Held:
+    """A prompt taken from the stream, waiting for the weights it must start on."""
+
+    buffer: object
+    entry_id: str
+    prompt: PromptMsg
 
 
 @dataclass
@@ -101,6 +114,7 @@ class GenerationActorImpl:
         self._prefix_cache_dirty = False
         self._stop = threading.Event()
         self._in_flight: dict[str, _InFlight] = {}
+        self._held: list[_Held] = []           # taken, waiting for their version (oldest first)
         self._scoring: list[_Scoring] = []
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"{actor_id}-reward")
         self.stats = _Stats()
@@ -116,7 +130,7 @@ class GenerationActorImpl:
     def status(self) -> dict:
         elapsed = max(time.monotonic() - self.stats.started, 1e-9)
         return {"actor_id": self.actor_id, "version": self.version, "pid": os.getpid(),
-                "prompts_done": self.stats.prompts_done, "in_flight": len(self._in_flight),
+                "prompts_done": self.stats.prompts_done, "in_flight": len(self._in_flight), "held": len(self._held),
                 "scoring": len(self._scoring), "tokens_per_s": self.stats.tokens_generated / elapsed,
                 "weight_loads": self.stats.weight_loads, "last_error": self.stats.last_error,
                 "time": time.time()}
@@ -152,8 +166,12 @@ class GenerationActorImpl:
             self.stats.last_error = f"weights {published[1]} not loadable: {type(exc).__name__}: {exc}"[:500]
             time.sleep(0.5)
             return self.version
-        if loaded != self.version:
-            self.version = loaded
+        self._loaded(loaded)
+        return self.version
+
+    def _loaded(self, version: int) -> None:
+        if version != self.version:
+            self.version = version
             self.stats.weight_loads += 1
             self._prefix_cache_dirty = True
         if self._prefix_cache_dirty:
@@ -161,7 +179,27 @@ class GenerationActorImpl:
             # so retry every iteration until it succeeds.
             with self._engine_lock:
                 self._prefix_cache_dirty = not self.llm.reset_prefix_cache()
-        return self.version
+
+    def load_version(self, version: int) -> bool:
+        """Load exactly ``version`` (older than the newest, for a pinned prompt); False when the
+        transport does not have it (yet): a resumed learner republishes the versions pinned
+        prompts need (``learner.lagged_weights``)."""
+        if version == self.version:
+            return True
+        try:
+            with self._engine_lock:
+                self.transport.load_into(self.llm, self.transport.location_for(version))
+        except Exception as exc:
+            self.stats.last_error = f"pinned version {version} not loadable: {type(exc).__name__}: {exc}"[:500]
+            time.sleep(0.5)
+            return False
+        self._loaded(version)
+        return True
+
+    def _pinned_busy(self) -> bool:
+        """A pinned request runs, or a pinned prompt waits: the weights are the pins' to choose."""
+        return any(j.prompt.pin_version is not None for j in self._in_flight.values()) or \
+            any(h.prompt.pin_version is not None for h in self._held)
 
     # ---- main loop
     def run(self) -> dict:
@@ -195,7 +233,8 @@ class GenerationActorImpl:
 
     def _iteration(self) -> None:
         now = time.monotonic()
-        if now - self._last_version_check > 0.05 or not self._in_flight or not self.transport.consistent:
+        due = now - self._last_version_check > 0.05 or not self._in_flight or not self.transport.consistent
+        if due and not self._pinned_busy():      # pinned prompts choose the weights (module docstring)
             self._last_version_check = now
             self.sync_weights()
         if not self.transport.consistent:   # a receive failed mid-way: no token from mixed weights
@@ -213,10 +252,11 @@ class GenerationActorImpl:
         self._heartbeat()
 
     def _admit(self) -> None:
-        room = self.cfg.max_prompts_in_flight - len(self._in_flight) - len(self._scoring)
+        self._start_held()
+        room = self.cfg.max_prompts_in_flight - len(self._in_flight) - len(self._scoring) - len(self._held)
         if room <= 0:
             return
-        idle = not self._in_flight and not self._scoring
+        idle = not self._in_flight and not self._scoring and not self._held
         # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver), never blocking.
         taken = [(self.eval_buffer, e, p) for e, p in self.eval_buffer.take_prompts(self.actor_id, room, 0)]
         taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(
@@ -227,20 +267,77 @@ class GenerationActorImpl:
                     f"{prompt.prompt_id}: {len(prompt.prompt_ids)} prompt + {prompt.max_tokens} response "
                     f"tokens > max_model_len {self.cfg.max_model_len}"))
                 continue
-            if prompt.min_version > self.version:
-                self._wait_for_version(prompt.min_version)
-            try:
-                self._start(buffer, entry_id, prompt)
-            except ValueError as exc:     # vLLM refuses the request (e.g. a token id outside the vocabulary)
-                buffer.reject_prompt(entry_id, self.actor_id, "engine_rejected",
-                                     detail=f"{prompt.prompt_id}: {exc}"[:2000])
+            if prompt.pin_version is not None and not callable(getattr(self.transport, "location_for", None)):
+                buffer.reject_prompt(entry_id, self.actor_id, "pinned_version_unsupported", detail=(
+                    f"{prompt.prompt_id}: pinned to version {prompt.pin_version}, but the "
+                    f"{type(self.transport).__name__} serves only the newest version: run fixed lag with "
+                    "--actors.weight_transport ray"))
+                continue
+            self._held.append(_Held(buffer, entry_id, prompt))
+        self._start_held()
 
-    def _wait_for_version(self, at_least: int) -> None:
+    def _servable(self, prompt: PromptMsg) -> bool:
+        """The engine's weights are the ones this prompt may start on."""
+        if prompt.pin_version is not None:
+            return prompt.pin_version == self.version
+        return self.version >= prompt.min_version
+
+    def _start_held(self) -> None:
+        """Start every held prompt the current weights can serve; when none runs pinned, move the
+        weights to what the oldest waiting prompt needs and start those too."""
+        while self._held:
+            waiting = []
+            for h in self._held:
+                if not self._servable(h.prompt):
+                    waiting.append(h)
+                    continue
+                try:
+                    self._start(h.buffer, h.entry_id, h.prompt)
+                except ValueError as exc:   # vLLM refuses the request (e.g. a token id outside the vocabulary)
+                    h.buffer.reject_prompt(h.entry_id, self.actor_id, "engine_rejected",
+                                           detail=f"{h.prompt.prompt_id}: {exc}"[:2000])
+            self._held = waiting
+            if not waiting:
+                return
+            # the oldest version first: the learner trains the oldest step next; a version not
+            # (yet) loadable, e.g. one a resumed learner has still to retrain, blocks no older one
+            first = min(waiting, key=lambda h: _target(h.prompt)).prompt
+            target = _target(first)
+            if not self._may_load(target):
+                return                       # e.g. a pinned request runs: its weights stay until it finished
+            moved = self.load_version(target) if first.pin_version is not None else self._wait_for_version(target)
+            if not moved and first.pin_version is not None and self._drop_if_gone(target):
+                continue
+            if not moved or self._stop.is_set():
+                return
+
+    def _drop_if_gone(self, version: int) -> bool:
+        """Dead-letter the held prompts pinned to ``version`` if the transport will never have it again
+        (older than every version it keeps: a group from it would be staler than the fixed lag and
+        dropped by the learner anyway). Not yet there (a resumed learner republishes it) is no reason."""
+        kept = self.transport.versions() if callable(getattr(self.transport, "versions", None)) else []
+        if not kept or version >= min(kept):
+            return False
+        gone = [h for h in self._held if h.prompt.pin_version == version]
+        for h in gone:
+            h.buffer.reject_prompt(h.entry_id, self.actor_id, "stale", detail=(
+                f"{h.prompt.prompt_id}: pinned to version {version}, older than every version the weight "
+                f"transport keeps ({kept}); its group would be staler than the fixed lag"))
+        self._held = [h for h in self._held if h.prompt.pin_version != version]
+        return True
+
+    def _may_load(self, version: int) -> bool:
+        """Weights of ``version`` may replace the engine's now: no pinned request runs (its responses
+        must come from one version) and none in flight asked for a newer version than that."""
+        return all(j.prompt.pin_version is None and j.prompt.min_version <= version for j in self._in_flight.values())
+
+    def _wait_for_version(self, at_least: int) -> bool:
         """The feeder only releases a prompt once its version is published, so this is short."""
         while self.sync_weights() < at_least and not self._stop.is_set():
             self._heartbeat()
             if self.buffer.wait_for_version(at_least, timeout_s=1.0) >= at_least:
                 time.sleep(0.02)    # published, not loaded yet (a collective sends it shortly)
+        return self.version >= at_least
 
     def _start(self, buffer, entry_id: str, prompt: PromptMsg) -> None:
         from vllm import SamplingParams
@@ -307,11 +404,13 @@ class GenerationActorImpl:
         self._scoring = remaining
 
     def _drain(self) -> None:
-        """On stop: abort unfinished requests (their prompts stay pending for reclaim), store scored ones."""
+        """On stop: abort unfinished requests (their prompts stay pending for reclaim, as do held
+        ones), store scored ones."""
         if self._in_flight:
             with self._engine_lock:
                 self.engine.abort_request(list(self._in_flight))
             self._in_flight.clear()
+        self._held.clear()
         self._flush_scored(block=True)
 
     def _heartbeat(self, force: bool = False) -> None:
@@ -321,9 +420,15 @@ class GenerationActorImpl:
             self.buffer.heartbeat(self.actor_id, self.status())
             # Working is not dying: reset the idle time of our prompts so no other actor reclaims them.
             for buffer in (self.buffer, self.eval_buffer):
-                held = [j.entry_id for j in [*self._in_flight.values(), *self._scoring] if j.buffer is buffer]
+                held = [j.entry_id for j in [*self._in_flight.values(), *self._scoring, *self._held]
+                        if j.buffer is buffer]
                 if held:
                     buffer.touch_prompts(self.actor_id, held)
+
+
+def _target(prompt: PromptMsg) -> int:
+    """The version a held prompt waits for: its pin, or at least its min_version."""
+    return prompt.pin_version if prompt.pin_version is not None else prompt.min_version
 
 
 GenerationActor = ray.remote(GenerationActorImpl)

@@ -96,7 +96,7 @@ def main() -> None:
     dev = ours.device
 
     def step_ours() -> None:
-        ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, args.entropy_coef, require_lag0=False)
+        ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, args.entropy_coef, required_lag=None)
 
     def step_bare() -> None:
         for i, mb in enumerate(collated):

@@ -87,6 +87,7 @@ def encode_prompt(p: PromptMsg) -> bytes:
         "data_source": p.data_source, "prompt_ids": _bin(p.prompt_ids, _I32), "answer": p.answer,
         "n_samples": p.n_samples, "max_tokens": p.max_tokens, "step": p.step,
         "min_version": p.min_version, "stage": p.stage, "temperature": p.temperature, "meta": p.meta,
+        **({} if p.pin_version is None else {"pin_version": p.pin_version}),   # absent = not pinned
     })
 
 
@@ -196,8 +197,18 @@ def decode_prompt(raw: bytes, max_bytes: int = 64 << 20) -> PromptMsg:
         prompt_ids=prompt_ids, answer=_field(msg, "answer", str), n_samples=n_samples,
         max_tokens=max_tokens, step=_field(msg, "step", int),
         min_version=_field(msg, "min_version", int), stage=_field(msg, "stage", int),
-        temperature=_temperature(msg), meta=_field(msg, "meta", dict),
+        temperature=_temperature(msg), meta=_field(msg, "meta", dict), pin_version=_pin_version(msg),
     )
+
+
+def _pin_version(msg: dict) -> int | None:
+    """Optional (fixed-lag runs only): the exact policy version to sample with."""
+    if "pin_version" not in msg:
+        return None
+    value = _field(msg, "pin_version", int)
+    if value < 0 or value < _field(msg, "min_version", int):
+        raise InvalidMessage("bad_field", f"pin_version={value} must be >= 0 and >= min_version")
+    return value
 
 
 def _temperature(msg: dict) -> float:

@@ -36,6 +36,9 @@ class PromptMsg:
     stage: int = 0
     temperature: float = 1.0  # sampling temperature tau (the learner divides its logits by the same)
     meta: dict[str, Any] = field(default_factory=dict)
+    # fixed-lag mode: sample with exactly this version (an older one than the newest, if need be),
+    # and no weight swap while it runs; None = any version >= min_version
+    pin_version: int | None = None
 
 
 @dataclass

@@ -34,19 +34,26 @@ class StepClock:
     Step s >= ``step`` starts at version ``version + (s - step) * updates_per_step``; a prompt
     issued for step s may start only on weights of at least that minus ``max_lag``. Strict
     on-policy (one update per step, max_lag 0): the prompt of step s needs exactly the version
-    the learner has when it trains step s, so lag is 0. The learner publishes its clock (meta
-    ``learner_clock``) at start and whenever its mode changes the updates per step or the lag
-    bound (the lag guard); the feeder issues prompts by it.
+    the learner has when it trains step s, so lag is 0. Fixed lag k >= 1 (``fixed_lag``, one update
+    per step, max_lag k): the prompt of step s is pinned to exactly version s - k
+    (:meth:`pin_version`), so its tokens are trained at update lag k. The learner publishes its
+    clock (meta ``learner_clock``) at start, whenever its mode changes the updates per step or the
+    lag bound (the lag guard), and after a step that applied fewer updates than planned (an update
+    with no loss token is skipped: no optimizer step, no version); the feeder issues prompts by it.
     """
 
     step: int = 0
     version: int = 0
     updates_per_step: int = 1
     max_lag: int = 0
+    fixed_lag: int | None = None     # k >= 1: pin each step's prompts to version start - k
 
     def __post_init__(self):
         if self.step < 0 or self.version < 0 or self.updates_per_step < 1 or self.max_lag < 0:
             raise ValueError(f"bad step clock {self}")
+        if self.fixed_lag is not None and (self.fixed_lag < 1 or self.fixed_lag != self.max_lag
+                                           or self.updates_per_step != 1):
+            raise ValueError(f"bad step clock {self}: fixed_lag k >= 1 needs max_lag k and one update per step")
 
     def start_version(self, step: int) -> int:
         """The version the learner is at when it starts training ``step``."""
@@ -57,6 +64,13 @@ class StepClock:
     def min_version(self, step: int) -> int:
         """Version the actor's weights must have to start a prompt of ``step``."""
         return max(0, self.start_version(step) - self.max_lag)
+
+    def pin_version(self, step: int) -> int | None:
+        """The exact version a prompt of ``step`` must be sampled with (fixed lag), or None (any
+        version >= :meth:`min_version`). The first k versions of a run cannot be k behind anything:
+        a step starting at version v < k is pinned to version 0 and trains at lag v (the ramp-in,
+        :func:`fixed_lag_required`)."""
+        return None if self.fixed_lag is None else self.min_version(step)
 
     def newest_admissible_step(self, version: int) -> int:
         """The newest step whose prompts may start at ``version`` (the largest s with
@@ -69,6 +83,12 @@ class StepClock:
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+def fixed_lag_required(version: int, k: int) -> int:
+    """The update lag every token trained at ``version`` has under fixed lag k: k, except during the
+    ramp-in (version < k: the data comes from version 0, the oldest there is, so the lag is version)."""
+    return min(k, version)
 
 
 def group_lags(group: Group, learner_version: int) -> np.ndarray:

@@ -126,6 +126,10 @@ class RunConfig(BaseModel):
         if cache is not None and cache > shortest:
             raise ValueError(f"learner.advantage.overlong_cache={cache} exceeds the shortest stage budget "
                              f"{shortest}: L_cache must be <= L_max of every stage")
+        if self.learner.versions_needed > 1 and self.actors.weight_transport != "ray":
+            raise ValueError(f"learner.fixed_lag={self.learner.fixed_lag} samples with versions up to "
+                             f"{self.learner.fixed_lag} behind the newest, and the {self.actors.weight_transport} "
+                             "weight transport broadcasts only the newest: use --actors.weight_transport ray")
         return self
 
     @property

@@ -93,6 +93,16 @@ def entropy(kind: str, coef: float = 0.0) -> Callable[[], RunConfig]:
     return make
 
 
+def fixed_lag(k: int) -> Callable[[], RunConfig]:
+    """Lag as a controlled dose: the baseline with every token trained at update lag exactly k
+    (``LearnerConfig.fixed_lag``; k = 0 is strict on-policy). Only the lag differs between the
+    doses: one update per step, the symmetric clip 0.2, the same learning rate."""
+    def make() -> RunConfig:
+        lag = {"fixed_lag": k} | ({"mode": "off_policy", "max_lag": k} if k else {})
+        return _with(baseline(), f"fixedlag_{k}", **lag)
+    return make
+
+
 def multistage() -> RunConfig:
     """8K -> 16K -> 32K response budget, online filtering of solved prompts at each stage start."""
     cfg = baseline()
@@ -119,6 +129,7 @@ PRESETS: dict[str, Callable[[], RunConfig]] = {
         (4, 256, 64)]},
     **{f"cliphigh_{e:g}": clip_higher(e) for e in (0.2, 0.25, 0.265, 0.28)},
     **{f"temp_{t:g}": temperature(t) for t in (0.6, 1.0)},
+    **{f"fixedlag_{k}": fixed_lag(k) for k in (0, 1, 2, 4, 8)},
     "entropy_adaptive": entropy("adaptive"), "entropy_none": entropy("none"),
     **{f"entropy_fixed_{c:g}": entropy("fixed", c) for c in (1e-4, 5e-4, 1e-3, 5e-3, 1e-2)},
     **SKYT1_PRESETS,

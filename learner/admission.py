@@ -12,6 +12,10 @@ previous incarnation first) and classifies each group it reads:
   drops responses that straddle a weight update (sampled by two versions), and raises
   ``PolicyLagError`` on any other lag; off-policy drops responses whose lag exceeds
   ``max_lag`` (dead letter ``stale``, counted) and trains the rest of the group;
+* fixed lag k (``cfg.fixed_lag`` >= 1): a response is trained only at lag exactly k (less in the
+  ramp-in, ``buffer.versions.fixed_lag_required``). A group of a later step (lag < k: generation
+  runs k steps ahead) waits in memory, un-ACKed, until the learner reaches version_start + k;
+  responses staler than k (a top-up's surplus) and straddling ones are dropped as stale;
 * zero advantage (all rewards equal): ACKed and discarded under dynamic sampling;
 * PRIME (``cfg.prime``): instead of the zero-advantage rule, the online prompt filter: a group
   whose accuracy over its present responses lies outside [filter_low, filter_high] is ACKed
@@ -112,7 +116,9 @@ class Admission:
         self.cfg, self.buffer, self.ledger = cfg, buffer, ledger
         self.on_wait = on_wait
         self._backlog: deque[Entry] = deque(buffer.pending_groups(cfg.consumer))
-        self._deferred: list[Entry] = []        # sampled by a version the learner has not reached
+        # (version the learner must reach, entry): sampled by a version it has not reached yet, or
+        # (fixed lag) for a later step; released into the backlog at the start of a step
+        self._deferred: list[tuple[int, Entry]] = []
 
     def collect(self, version: int, step: int, mode: StepMode) -> Collected:
         """D_R valid groups for ``step`` at learner ``version`` under ``mode`` (blocks; ``data_timeout_s``
@@ -137,9 +143,8 @@ class Admission:
         return col
 
     def _release_deferred(self, version: int) -> None:
-        reached = [max(r.version_start for r in g.responses) <= version for _, g in self._deferred]
-        ready = [x for x, ok in zip(self._deferred, reached) if ok]
-        self._deferred = [x for x, ok in zip(self._deferred, reached) if not ok]
+        ready = [entry for at, entry in self._deferred if at <= version]
+        self._deferred = [(at, entry) for at, entry in self._deferred if at > version]
         self._backlog = deque(ready + list(self._backlog))
 
     def _read(self, need: int) -> list[Entry]:
@@ -160,8 +165,11 @@ class Admission:
         if (lag < 0).any():
             self._ahead(entry_id, g, version)
             return
-        present = self._present(entry_id, g, lag, col, step, version, mode)
-        if present is not None and mode.strict:
+        if mode.pinned:
+            present = self._fixed_lag(entry_id, g, lag, col, version, mode)
+        else:
+            present = self._present(entry_id, g, lag, col, step, version, mode)
+        if present is not None and (mode.strict or mode.pinned):
             present = self._one_version_only(entry_id, g, col, present)
         if present is None:
             return
@@ -182,7 +190,7 @@ class Admission:
         if newest <= self.buffer.get_version()[0]:
             # after a restore: sampled with weights the crashed learner had published; the
             # retrained updates reach that version again, then the group is used
-            self._deferred.append((entry_id, g))
+            self._deferred.append((newest, (entry_id, g)))
             return
         # a version nobody published: corrupt, never trainable
         self.buffer.dead_letter("learner", "future_version", raw=encode_group(g), detail=(
@@ -224,8 +232,33 @@ class Admission:
         ack(self.buffer, [(entry_id, g.group_id)], "stale")
         return None
 
+    def _fixed_lag(self, entry_id: str, g: Group, lag: np.ndarray, col: Collected, version: int,
+                   mode: StepMode) -> np.ndarray | None:
+        """Fixed lag: the responses at exactly the required lag (None: the group waits for a later
+        version, or nothing is left and it is ACKed 'stale')."""
+        required = mode.required_lag(version)
+        if (lag < required).any():
+            # generated for a later step (pinned k versions behind it): train it once it is k behind
+            newest = max(r.version_start for r in g.responses)
+            self._deferred.append((newest + mode.fixed_lag, (entry_id, g)))
+            return None
+        fresh = lag == required
+        if fresh.all():
+            return fresh
+        n_stale = int((~fresh).sum())
+        col.stale_responses += n_stale
+        self.buffer.dead_letter("learner", "stale", detail=(
+            f"group {g.group_id}: {n_stale}/{len(lag)} responses at lags {sorted(set(lag[~fresh].tolist()))} > "
+            f"the fixed lag {required} at version {version}; "
+            + ("trained on the rest" if fresh.any() else "group dropped")))
+        if fresh.any():
+            return fresh
+        col.stale_groups += 1
+        ack(self.buffer, [(entry_id, g.group_id)], "stale")
+        return None
+
     def _one_version_only(self, entry_id: str, g: Group, col: Collected, present: np.ndarray) -> np.ndarray | None:
-        """Strict on-policy trains no response whose weights changed while it was sampled
+        """Strict on-policy and fixed lag train no response whose weights changed while it was sampled
         (version_end != version_start): those are dropped and dead-lettered as stale, the rest of
         the group is trained (None: nothing left, the group is ACKed 'stale')."""
         straddled = present & np.array([r.version_end != r.version_start for r in g.responses])    # (N,)
@@ -236,7 +269,7 @@ class Admission:
         spans = sorted({(r.version_start, r.version_end) for r, s in zip(g.responses, straddled) if s})
         self.buffer.dead_letter("learner", "stale", detail=(
             f"group {g.group_id}: {n}/{len(straddled)} responses straddle a weight update (versions "
-            f"{', '.join(f'{a}->{b}' for a, b in spans)}); strict on-policy trains only responses sampled by "
+            f"{', '.join(f'{a}->{b}' for a, b in spans)}); this mode trains only responses sampled by "
             "one version; " + ("trained on the rest" if left.any() else "group dropped")))
         if left.any():
             return left

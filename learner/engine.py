@@ -122,34 +122,39 @@ class RankEngine:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t.tolist()
 
-    def _lag_violations(self, mbs: Sequence[MicroBatch]) -> tuple[int, str]:
-        """(rows with loss tokens at lag != 0, description) on this rank."""
+    def _lag_violations(self, mbs: Sequence[MicroBatch], required: int) -> tuple[int, str]:
+        """(rows with loss tokens at lag != required, description) on this rank."""
         bad_rows, lags = [], []
         for mb in mbs:
             lag = self.version - mb.version_start                                # (B,)
-            bad = mb.loss_mask.any(dim=1) & (lag != 0)                           # (B,)
+            bad = mb.loss_mask.any(dim=1) & (lag != required)                    # (B,)
             bad_rows += mb.row_index[bad].tolist()
             lags += lag[bad].tolist()
         return len(bad_rows), f"rows {bad_rows} have lags {lags}"
 
     def train_update(self, rows: Sequence[Row], micro_batches: Sequence[Sequence[int]], version: int,
                      loss_cfg: PolicyLossConfig, temperature: float, entropy_coef: float,
-                     require_lag0: bool) -> tuple[dict[str, float], dict[str, float]]:
+                     required_lag: int | None) -> tuple[dict[str, float], dict[str, float]]:
         """One optimizer update over this rank's micro-batches of a mini-batch.
 
-        Returns (loss metrics, summable across ranks like ``reduce_metrics``; info: grad norm
-        before clipping and the lr this update used).
+        ``required_lag``: the one update lag every row must have (0 strict on-policy, k fixed lag;
+        None: any). Returns (loss metrics, summable across ranks like ``reduce_metrics``; info:
+        grad norm before clipping and the lr this update used). An update without loss tokens is
+        an error: the coordinator skips those (no optimizer step on a zero gradient, no version).
         """
         if version != self.version:
             raise RuntimeError(f"rank {self.rank} is at version {self.version}, coordinator expected {version}")
         mbs = [collate(rows, idx, self.pad_id) for idx in micro_batches]
-        n_bad, detail = self._lag_violations(mbs) if require_lag0 else (0, "")
+        n_bad, detail = self._lag_violations(mbs, required_lag) if required_lag is not None else (0, "")
         # one collective for T_global and the lag check, so every rank raises together (a rank
         # raising alone would leave the others blocked in the next collective)
         total_tokens, all_bad = self._all_reduce_sum(sum(mb.num_loss_tokens for mb in mbs), n_bad)
         if all_bad:
-            raise PolicyLagError(f"strict on-policy, learner version {self.version}: {int(all_bad)} rows "
-                                 f"would train at lag != 0 (rank {self.rank}: {detail})")
+            raise PolicyLagError(f"learner version {self.version}: {int(all_bad)} rows would train at a lag "
+                                 f"other than {required_lag} (rank {self.rank}: {detail})")
+        if total_tokens == 0:
+            raise RuntimeError(f"update at version {self.version} has no loss token: the coordinator skips "
+                               "such updates (no optimizer step, no version)")
         scale = deepspeed_loss_scale(1, self.world, scale_wrt_gas=False)
         need_ref = loss_cfg.kl_beta > 0
         if need_ref and any(mb.ref_logprobs is None for mb in mbs if mb.num_loss_tokens):
@@ -164,7 +169,8 @@ class RankEngine:
                 logprobs=logp, old_logprobs=mb.old_logprobs.to(d), advantages=mb.advantages.to(d),
                 loss_mask=mb.loss_mask.to(d), entropy=ent if entropy_coef else ent.detach(),
                 ref_logprobs=_ref_or_none(mb, logp) if need_ref else None,
-                behaviour_logprobs=_behaviour_or_none(mb, logp, loss_cfg))
+                behaviour_logprobs=_behaviour_or_none(mb, logp, loss_cfg),
+                lag=self.version - mb.version_start)                             # (B,) per-lag-bucket metrics
             loss, m = policy_loss(inputs, loss_cfg, total_tokens, entropy_coef)
             self.engine.backward(loss * scale, scale_wrt_gas=False)
             metrics.append(m)

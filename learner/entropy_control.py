@@ -28,6 +28,8 @@ the same update that moves c, and uses alpha = c before the first observation):
 
 Call update() once per learner step (one rollout batch, N_SGD optimizer updates) with the
 step's ``entropy/mean``: the token-weighted mean over its updates (``learner.reduce.combine_updates``).
+A step that trained no token has no entropy (NaN in its row, never 0, which would read as a
+collapse): pass None, and the controller keeps its state as if the step had not happened.
 
 Differences from the released code, on purpose: the indicator is ``<=`` (brief/report) where
 the code uses ``<``; e is the exact token-mean entropy of the full next-token distribution
@@ -44,7 +46,7 @@ from learner.config import AdaptiveEntropy, EntropyConfig, FixedEntropy
 
 class EntropyController(Protocol):
     def coef(self, current_entropy: float | None = None) -> float: ...
-    def update(self, entropy: float) -> None: ...
+    def update(self, entropy: float | None) -> None: ...
     def state_dict(self) -> dict[str, Any]: ...
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def metrics(self) -> dict[str, float]: ...
@@ -56,8 +58,9 @@ class _Stateless:
     def coef(self, current_entropy: float | None = None) -> float:
         return self.alpha
 
-    def update(self, entropy: float) -> None:
-        _check_finite(entropy)
+    def update(self, entropy: float | None) -> None:
+        if entropy is not None:
+            _check_finite(entropy)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -99,8 +102,11 @@ class AdaptiveEntropyControl:
             e = self.last_entropy
         return self.c if e is None or e <= self.cfg.target else 0.0
 
-    def update(self, entropy: float) -> None:
-        """c <- clip(c + delta if e < target else c - delta, c_min, c_max); remember e."""
+    def update(self, entropy: float | None) -> None:
+        """c <- clip(c + delta if e < target else c - delta, c_min, c_max); remember e.
+        None (a step without trained tokens): no observation, nothing changes."""
+        if entropy is None:
+            return
         _check_finite(entropy)
         step = self.cfg.delta if entropy < self.cfg.target else -self.cfg.delta
         self.c = min(max(self.c + step, self.cfg.c_min), self.cfg.c_max)

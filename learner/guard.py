@@ -18,6 +18,9 @@ Transitions (rules: ``learner.guard_rules``):
   slope window still spans the pre-fallback collapse for ``slope_window`` steps, so a falling
   entropy also has to level out before a return.
 
+A step that trained no token (``tokens/trained`` 0: every update had an empty loss mask) is not
+observed at all: its entropy is NaN, there is no evidence either way.
+
 The guard knows nothing of engines, feeders or buffers: the learner applies the mode (and drops
 groups sampled beyond the new lag bound), writes ``Decision.metrics`` into the step's metrics row,
 prints ``event.message()``, and puts ``event.to_dict()`` in the metrics stream and the summary.
@@ -37,6 +40,7 @@ from learner.config import GuardConfig
 from learner.guard_rules import ENTROPY_KEY, RULES, Baseline, Fired, evaluate, value
 
 Mode = Literal["off_policy", "on_policy"]
+TRAINED_KEY = "tokens/trained"   # a step that trained 0 tokens is not observed (no evidence either way)
 _STATE_VERSION = 2          # 2: start_clip_samples (version-1 states load with none)
 
 
@@ -129,6 +133,10 @@ class Guard:
         """
         if not self.cfg.enabled:
             return Decision("off_policy")
+        if value(step_metrics, TRAINED_KEY) == 0:
+            # no token trained: its entropy is NaN (not 0), nothing was measured; recording the step
+            # would break persistence streaks and the slope window, or count towards the hold
+            return Decision(self.mode, None, self._metrics([]) | {"guard/skipped_no_tokens": 1.0})
         step = int(step if step is not None else step_metrics.get("step", self.steps_seen))
         row = self._watched(step_metrics)
         self.steps_seen += 1

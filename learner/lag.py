@@ -1,13 +1,27 @@
 """Policy-lag accounting and importance-ratio statistics per optimizer update (DESIGN.md §3).
 
-lag = v_learner - version_start of each response, at the moment of the optimizer update that
-uses it (v_learner = number of optimizer updates applied so far). Reuse passes (N_SGD > 1)
-and actor/learner asynchrony both show up as lag > 0. Every token of a response carries the
-response's lag, so the token histogram weights each response by its length.
+Two lags, both reported per learner step:
+
+* **update lag** (``lag/*``): lag = v_learner - version_start of each response at the moment of
+  the optimizer update that uses it (v_learner = number of optimizer updates applied so far).
+  Reuse passes (N_SGD > 1) and actor/learner asynchrony both show up in it; it is *the* lag of
+  the recipe (DESIGN.md §3), and a response used by several updates counts once per update.
+* **generation lag at the step's start** (``lag_start/*``): v0 - version_start, with v0 the
+  version when the step starts; each trained response counts once. This is what admission
+  bounds (``max_lag``): update lags reach up to max_lag + N_SGD - 1.
+
+Every token of a response carries the response's lag, so the token histogram weights each
+response by its length.
 
 Ratio statistics compare learner and old (behaviour, unless recomputed) log-probs on the loss
 tokens; like the loss they are divided by the global token count T so they add up over
 micro-batches and ranks (``/max`` and ``/min`` keys reduce with max / min).
+
+Per-lag-bucket statistics (:func:`lag_bucket_stats`): the same numbers restricted to the tokens
+whose update lag falls in a bucket (0, 1, 2-3, 4-7, 8+), keys ``lagbucket/<bucket>/...``, plus the
+bucket's token count ``lagbucket/<bucket>/tokens``. They follow the sum/T convention too, and
+``learner.reduce.combine_updates`` turns them into means over the bucket's own tokens at the end
+of the step.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ import torch
 from torch import Tensor
 
 from learner.masked import masked_mean
+from learner.reduce import BUCKET_PREFIX
 
 
 @dataclass
@@ -61,14 +76,15 @@ class LagReport:
         return LagReport(add(self.sample_hist, other.sample_hist), add(self.token_hist, other.token_hist),
                          self.straddled + other.straddled)
 
-    def metrics(self) -> dict:
-        """The ``lag/*`` metrics of a step. Histogram keys are strings, so a row reads the same from the
-        buffer and from ``metrics.jsonl`` (JSON object keys are always strings)."""
-        return {"lag/hist": {str(k): int(n) for k, n in sorted(self.sample_hist.items())},
-                "lag/token_hist": {str(k): int(n) for k, n in sorted(self.token_hist.items())},
-                "lag/mean": self.mean, "lag/token_mean": self.token_mean, "lag/max": float(self.max),
-                "lag/samples": float(self.samples), "lag/tokens": float(self.tokens),
-                "lag/straddled": float(self.straddled)}
+    def metrics(self, prefix: str = "lag/") -> dict:
+        """The ``lag/*`` metrics of a step (``prefix`` ``lag_start/`` for the step-start lags).
+        Histogram keys are strings, so a row reads the same from the buffer and from
+        ``metrics.jsonl`` (JSON object keys are always strings)."""
+        return {f"{prefix}hist": {str(k): int(n) for k, n in sorted(self.sample_hist.items())},
+                f"{prefix}token_hist": {str(k): int(n) for k, n in sorted(self.token_hist.items())},
+                f"{prefix}mean": self.mean, f"{prefix}token_mean": self.token_mean, f"{prefix}max": float(self.max),
+                f"{prefix}samples": float(self.samples), f"{prefix}tokens": float(self.tokens),
+                f"{prefix}straddled": float(self.straddled)}
 
 
 def lag_report(
@@ -135,3 +151,58 @@ def ratio_stats(
     keys = ["ratio/mean", "ratio/max", "ratio/min", "clip/low_frac", "clip/high_frac", "clip/frac",
             "ratio/below_band_frac", "ratio/above_band_frac", "mismatch/kl_k3", "mismatch/kl_k1"]
     return {prefix + k: v for k, v in zip(keys, vals)}
+
+
+# ---------------------------------------------------------------- per-lag-bucket statistics
+# (label, lowest lag, highest lag or None): update lag 0, 1, 2-3, 4-7, 8 and more
+LAG_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
+    ("0", 0, 0), ("1", 1, 1), ("2-3", 2, 3), ("4-7", 4, 7), ("8+", 8, None))
+# ratio_stats keys kept per bucket (the rest would only repeat the global row's)
+_BUCKET_RATIO_KEYS = ("ratio/mean", "ratio/max", "clip/low_frac", "clip/high_frac", "mismatch/kl_k3")
+
+
+def lag_bucket(lag: int) -> str:
+    """The label of the bucket holding update lag ``lag`` (>= 0)."""
+    if lag < 0:
+        raise ValueError(f"negative lag {lag}")
+    return next(label for label, lo, hi in LAG_BUCKETS if lo <= lag and (hi is None or lag <= hi))
+
+
+def lag_bucket_stats(
+    logprobs: Tensor,       # (B, L) learner log-probs
+    old_logprobs: Tensor,   # (B, L) pi_old log-probs (behaviour unless recomputed)
+    advantages: Tensor,     # (B, L)
+    mask: Tensor,           # (B, L) bool loss mask
+    row_lag: Tensor,        # (B,) int update lag of each row (every token of a row shares it)
+    eps_low: float,
+    eps_high: float,
+    total_tokens: int | float | Tensor,
+    entropy: Tensor | None = None,   # (B, L) token entropies
+) -> dict[str, float]:
+    """Per bucket of update lag present in this micro-batch, each value sum/T like ``ratio_stats``:
+
+    lagbucket/<b>/tokens            number of loss tokens in the bucket (a count: adds up as is)
+    lagbucket/<b>/entropy/mean      sum of the bucket's token entropies / T
+    lagbucket/<b>/ratio/mean, /ratio/max, /clip/low_frac, /clip/high_frac, /mismatch/kl_k3
+                                    as :func:`ratio_stats` on the bucket's tokens (ratio/max: a max)
+
+    ``learner.reduce.combine_updates`` divides the summed values by the bucket's token count over
+    the step, so the step's row holds means over the bucket's own tokens.
+    """
+    with torch.no_grad():
+        mask = mask.bool()
+        lag = row_lag.long().reshape(-1, 1).expand_as(mask)                             # (B, L)
+        out: dict[str, float] = {}
+        for label, lo, hi in LAG_BUCKETS:
+            in_bucket = mask & (lag >= lo) & (lag <= hi if hi is not None else True)    # (B, L)
+            n = int(in_bucket.sum())
+            if n == 0:
+                continue
+            key = f"{BUCKET_PREFIX}{label}/"
+            stats = ratio_stats(logprobs, old_logprobs, advantages, in_bucket, eps_low, eps_high, total_tokens)
+            out[key + "tokens"] = float(n)
+            out |= {key + k: stats[k] for k in _BUCKET_RATIO_KEYS}
+            if entropy is not None:
+                out[key + "entropy/mean"] = float(masked_mean(entropy.detach().to(torch.float64), in_bucket,
+                                                              count=total_tokens))
+    return out

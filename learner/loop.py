@@ -12,15 +12,21 @@ skipped):
    log-probs (no grad, split over ranks), with PRIME the PRM's update and the token advantages
    from its process rewards (``learner.prime_step``), the mini-batch schedule (``learner.schedule``):
    update u of the step runs at version v0 + u, so reuse adds lag 0..N_SGD-1 on top of the
-   actors' lag; each mini-batch is split into token-budget micro-batches dealt evenly to the
-   ranks (``learner.batching``);
+   actors' lag (``lag/*``, the update lag; ``lag_start/*`` is the generation lag at v0); each
+   mini-batch is split into token-budget micro-batches dealt evenly to the ranks
+   (``learner.batching``). A mini-batch without any loss token (every response masked) is not an
+   update: no optimizer step on a zero gradient, no version (the version counts optimizer
+   steps, so lags stay honest); the later updates move up one version and the step publishes a
+   fresh admission clock for the feeder (its version arithmetic assumed N_SGD updates);
 3. the updates on the ranks; weights are published through the transport every
    ``sync_interval`` updates and after the step's last update (:meth:`Learner._publish`);
 4. entropy controller update, then the guard reads the step's metrics and picks the next step's
    mode; a switch is an event in the metrics row (``guard/event``) and republishes the admission
-   clock the feeder issues prompts by (``buffer.versions.StepClock``);
+   clock the feeder issues prompts by (``buffer.versions.StepClock``). A step that trained no
+   token has entropy NaN (not 0): neither the controller nor the guard reads it as a collapse;
 5. every ``checkpoint_every`` steps: checkpoint, then ACK the groups it covers (exactly-once,
-   see ``learner.checkpoint``);
+   see ``learner.checkpoint``); under a fixed lag k the checkpoint also keeps the k versions
+   before its own (``learner.lagged_weights``), republished into the transport on resume;
 6. one metrics row to the buffer (last, so a step retrained after a crash is not reported
    twice). ``step`` in the row is the 0-based step index s, the same s the feeder issues
    prompts for (``StepClock.step_at``); ``version`` is the version after it.
@@ -51,7 +57,7 @@ import numpy as np
 import ray
 import torch
 
-from actors.transport import WeightTransport
+from actors.transport import WeightTransport, check_serves_versions
 from learner import checkpoint as ckpt_io
 from learner.admission import Admission, Collected, TrainedLedger
 from learner.batching import Row, assign_to_ranks, plan_update, rows_from_groups, split_micro_batches
@@ -59,6 +65,7 @@ from learner.entropy_control import build_entropy_controller
 from learner.errors import PolicyLagError
 from learner.guard import Guard
 from learner.lag import LagReport, lag_report
+from learner.lagged_weights import lagged_versions, republish_lagged, save_lagged
 from learner.modes import StepMode, mode_for
 from learner.prime_step import PrimeStep
 from learner.rank_actor import RankGroup
@@ -76,7 +83,10 @@ class _StepPlan:
     rows: list[Row]
     v0: int                                     # version at the start of the step
     rank_plans: list[list[list[list[int]]]] = field(default_factory=list)  # [update][rank][micro-batch] -> rows
-    lags: LagReport = field(default_factory=LagReport)
+    required_lags: list[int | None] = field(default_factory=list)  # per update: the one lag allowed (or None)
+    lags: LagReport = field(default_factory=LagReport)      # update lags, over the step's updates
+    start_lags: LagReport = field(default_factory=LagReport)  # generation lags at v0, each row once
+    skipped: int = 0                            # mini-batches without a loss token: not updates
     alpha: float = 0.0                          # entropy coefficient for this step
     metrics: dict = field(default_factory=dict)  # the plan's own metrics (PRIME's PRM and rewards)
 
@@ -92,8 +102,12 @@ class Learner:
     def __init__(self, cfg: LearnerConfig, *, buffer, model_dir: str | Path, run_dir: str | Path,
                  transport: WeightTransport, temperature: float, group_size: int, seed: int = 0,
                  ranks: RankGroup | None = None, resume: bool = True):
+        check_serves_versions(transport, cfg.versions_needed)     # fixed lag: before any engine starts
         self.cfg, self.buffer, self.transport = cfg, buffer, transport
         self.temperature, self.seed = temperature, seed
+        # fixed lag k >= 1: every version goes to the transport, also while replaying below the
+        # published one after a resume (prompts pinned to it may be waiting)
+        self._keeps_versions = cfg.versions_needed > 1
         self.model_dir, self.run_dir = str(model_dir), Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # checkpoints: the run directory's, or learner.checkpoint_dir/<run_id> (shared storage on a cluster)
@@ -119,6 +133,10 @@ class Learner:
         self.resumed_from = None
         if last is not None:
             self._restore(last)
+        elif self._keeps_versions:
+            # the initial weights are version 0 of the transport too: actors that moved on load them
+            # again for prompts pinned to version 0 (the ramp-in and its top-ups)
+            self._publish()
         self.mode: StepMode = mode_for(cfg, self.guard.mode)
         self._publish_clock()
         self.admission = Admission(cfg, buffer, self.ledger,
@@ -143,22 +161,27 @@ class Learner:
             for i, values in scored.items():
                 setattr(rows[i], attr, values)
 
-    def _check_update_lags(self, report: LagReport, update: int) -> None:
-        if self.mode.strict and report.sample_hist and report.max != 0:
-            raise PolicyLagError(f"strict on-policy: update {update} at version {self.version + update} "
-                                 f"would train lags {report.sample_hist}")
+    def _check_update_lags(self, report: LagReport, version: int, required: int | None) -> None:
+        if required is not None and report.sample_hist and set(report.sample_hist) != {required}:
+            what = "strict on-policy" if self.mode.strict else f"fixed lag {self.mode.fixed_lag}"
+            raise PolicyLagError(f"{what}: the update at version {version} would train lags {report.sample_hist} "
+                                 f"(every token must have lag {required})")
 
     def _publish(self) -> None:
         """Weights of the current version to the transport, (version, location) to the buffer, then
         the transport's after-announce half (a collective broadcasts there).
 
         After a restore the buffer may hold a newer version the crashed learner published; it
-        never goes backwards, so versions below it are skipped until the retrained updates
-        reach it again (equal is republished, refreshing the location).
+        never goes backwards, so versions below it are not announced until the retrained updates
+        reach it again (equal is republished, refreshing the location). Under a fixed lag they
+        still go to the transport: prompts pinned to them may be waiting.
         """
-        if self.version < self.buffer.get_version()[0]:
+        replaying = self.version < self.buffer.get_version()[0]
+        if replaying and not self._keeps_versions:
             return
         location = self.ranks.call("publish", self.version)[0]
+        if replaying:
+            return
         self.buffer.publish_version(self.version, location)
         self.weight_sync.announce()
 
@@ -183,25 +206,38 @@ class Learner:
             self._score(rows, "policy", "old_logprobs")
         if cfg.needs_reference:
             self._score(rows, "reference", "ref_logprobs")
-        prime_metrics = PrimeStep(cfg, self.ranks).run(rows) if cfg.prime is not None else {}
+        prime_metrics = {}
+        if cfg.prime is not None:                   # rows without a leave-one-out baseline leave the step
+            rows, prime_metrics = PrimeStep(cfg, self.ranks).run(rows)
         by_group: dict[int, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             by_group[r.group_index].append(i)
         schedule = schedule_for(self.mode.batch, seed=self.seed * 1_000_003 + self.steps_done,
                                 num_groups=len(col.entries))
         plan = _StepPlan(rows=rows, v0=self.version, metrics=prime_metrics)
+
+        def lags_at(version: int, idx: list[int]) -> LagReport:
+            return lag_report(version, torch.tensor([rows[i].version_start for i in idx], dtype=torch.long),
+                              torch.tensor([rows[i].loss_tokens for i in idx], dtype=torch.long),
+                              torch.tensor([rows[i].version_end for i in idx], dtype=torch.long))
+
+        plan.start_lags = lags_at(plan.v0, list(range(len(rows))))
         for p in schedule:
             idx = [i for gi in p.group_indices for i in by_group[gi]]
-            report = lag_report(plan.v0 + p.update_index,           # update u runs at version v0 + u
-                                torch.tensor([rows[i].version_start for i in idx], dtype=torch.long),
-                                torch.tensor([rows[i].loss_tokens for i in idx], dtype=torch.long),
-                                torch.tensor([rows[i].version_end for i in idx], dtype=torch.long))
-            self._check_update_lags(report, p.update_index)
+            if not idx:                             # no loss token: no update (module docstring, 2.)
+                plan.skipped += 1
+                continue
+            version = plan.v0 + len(plan.rank_plans)  # the applied updates so far
+            report, required = lags_at(version, idx), self.mode.required_lag(version)
+            self._check_update_lags(report, version, required)
             plan.lags = plan.lags.merge(report)
             plan.rank_plans.append(plan_update(rows, idx, cfg.micro_batch_tokens, self.ranks.world))
+            plan.required_lags.append(required)
         current = None
         if cfg.entropy.type == "adaptive" and cfg.entropy.indicator == "current_batch":
-            current = float(-np.concatenate([r.old_logprobs for r in rows]).mean()) if rows else 0.0
+            if not rows:
+                return plan                         # nothing to train, no batch entropy: alpha 0
+            current = float(-np.concatenate([r.old_logprobs for r in rows]).mean())
         plan.alpha = self.controller.coef(current)
         return plan
 
@@ -218,8 +254,8 @@ class Learner:
             if not (last or self._publish_due(plan.v0 + u + 1, False)):
                 continue
             results = self.ranks.call_each("train_updates", [
-                (rows_ref, [(plan.v0 + j, plan.rank_plans[j][r]) for j in chunk], self.mode.loss, self.temperature,
-                 plan.alpha, self.mode.strict) for r in range(world)])
+                (rows_ref, [(plan.v0 + j, plan.rank_plans[j][r], plan.required_lags[j]) for j in chunk],
+                 self.mode.loss, self.temperature, plan.alpha) for r in range(world)])
             for k in range(len(chunk)):
                 per_update.append(reduce_metrics([results[r][k][0] for r in range(world)]))
                 infos.append(results[0][k][1])
@@ -252,13 +288,18 @@ class Learner:
         t_train = time.monotonic() - t_prep - sync_s
         tokens = [i["tokens/global"] for i in infos]
         losses = combine_updates(per_update, tokens)
-        self.controller.update(losses.get("entropy/mean", 0.0))
+        losses["entropy/mean"] = losses.get("entropy/mean", float("nan"))     # no token trained: NaN, not 0
+        self.controller.update(losses["entropy/mean"] if sum(tokens) > 0 else None)
         norms = [i["grad/norm"] for i in infos]
+        nan = float("nan")
         m = {"step": self.steps_done, "version": self.version, "mode": mode.name, "updates": len(infos),
+             "updates/skipped_empty": float(plan.skipped),
              **rollout_stats([g for g, _ in col.seen], [p for _, p in col.seen]), **col.metrics(),
-             **plan.lags.metrics(), **plan.metrics, **losses, "entropy/coef": plan.alpha,
-             **{k: v for k, v in self.controller.metrics().items() if k != "entropy/coef"},
-             "grad/norm": float(np.mean(norms)), "grad/norm_max": float(np.max(norms)), "lr": infos[-1]["lr"],
+             **plan.lags.metrics(), **plan.start_lags.metrics("lag_start/"), **plan.metrics, **losses,
+             "entropy/coef": plan.alpha, **{k: v for k, v in self.controller.metrics().items() if k != "entropy/coef"},
+             "grad/norm": float(np.mean(norms)) if norms else nan,
+             "grad/norm_max": float(np.max(norms)) if norms else nan,
+             "lr": infos[-1]["lr"] if infos else nan,
              "tokens/trained": float(sum(tokens)), "tokens/trained_per_s": float(sum(tokens)) / max(t_train, 1e-9),
              "time/wait_data": t_data - t0, "time/prepare": t_prep - t_data, "time/train": t_train,
              "time/weight_sync": sync_s, **self.weight_sync.metrics()}
@@ -269,7 +310,8 @@ class Learner:
         self._finish(col)
         m["time/checkpoint"] = time.monotonic() - t_ck
         m["time/step"] = time.monotonic() - t0
-        if next_mode != self.mode:
+        if next_mode != self.mode or len(infos) != mode.batch.n_sgd:
+            # a new mode, or fewer versions than the clock assumed (skipped updates): re-anchor it
             self.mode = next_mode
             self._publish_clock()
         self.buffer.write_metrics(m)
@@ -308,6 +350,8 @@ class Learner:
             shutil.rmtree(path)                    # half-written by a crashed incarnation
         self.ranks.call("save_checkpoint", str(path), self.model_dir)
         ckpt_io.require_visible(path, self.ranks.world, _on_nodes(getattr(self.ranks, "nodes", [])))
+        if self._keeps_versions:                   # the versions pinned prompts need after a resume
+            save_lagged(path, self.transport, lagged_versions(self.version, self.cfg.fixed_lag))
         state = ckpt_io.LearnerState(
             step=self.steps_done, version=self.version, entropy_controller=self.controller.state_dict(),
             group_ids=self.ledger.pending_ids(), stream_position=self.buffer.stream_position(),
@@ -337,6 +381,8 @@ class Learner:
         self.resumed_from = {"path": str(path), "step": self.steps_done, "version": self.version,
                              "published": self.buffer.get_version()[0]}
         self._publish()   # actors (possibly restarted with the init weights) rejoin at this version
+        if self._keeps_versions:                   # fixed lag: prompts pinned to the k versions before it
+            self.resumed_from["republished"] = republish_lagged(path, self.transport)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """CPU copies of the current weights (HF names); a collective under ZeRO-3."""

@@ -15,7 +15,10 @@ pi_old / mu, mu the behaviour log-probs, and tokens it drops (w_t = 0) stay in T
 
 Every micro-batch contributes sum/T, so the micro-batch losses (and their gradients) add up
 to exactly the full mini-batch loss, whatever the split or padding. Metrics follow the same
-convention (see :func:`learner.reduce.reduce_metrics`).
+convention (see :func:`learner.reduce.reduce_metrics`); with ``inputs.lag`` (each row's update
+lag) they include the per-lag-bucket statistics (``learner.lag.lag_bucket_stats``). The log-ratio
+is clamped at 20 (rho <= 5e8) so a garbage token cannot make the loss infinite; the tokens beyond
+the clamp get no gradient and are counted in ``clip/ratio_clamped_frac``.
 
 Gradient contract with DeepSpeed (0.19.8, ``runtime/engine.py``): ``engine.backward(loss)``
 divides the loss by gradient_accumulation_steps (``scale_wrt_gas=True``) and the gradient
@@ -38,10 +41,12 @@ from learner.corrections import (
     correction_metrics,
     correction_weights,
 )
-from learner.lag import ratio_stats
+from learner.lag import lag_bucket_stats, ratio_stats
 from learner.masked import masked_mean
 
-_MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: beyond this a token is garbage; clamp (zero grad) not inf
+# exp(20) ~ 5e8: beyond this a token is garbage; clamp (zero grad) not inf. A clamped token with
+# A < 0 still adds ~5e8 |A| / T to the loss (no gradient): counted in ``clip/ratio_clamped_frac``.
+_MAX_LOG_RATIO = 20.0
 
 
 @dataclass
@@ -55,6 +60,8 @@ class PolicyLossInputs:
     # (B, L) behaviour log mu(y_t) from the actors, when old_logprobs holds the learner's recomputed
     # pi_old: required by a correction; without one it only adds the mismatch/behaviour_* metrics
     behaviour_logprobs: Tensor | None = None
+    # (B,) int update lag of each row (learner version - version_start): per-lag-bucket metrics
+    lag: Tensor | None = None
 
 
 def count_tokens(loss_masks: Tensor | Iterable[Tensor]) -> int:
@@ -118,7 +125,8 @@ def policy_loss(
     old = torch.where(mask, inputs.old_logprobs.to(logp.dtype), logp.detach())
     denom = torch.as_tensor(total_tokens, dtype=logp.dtype, device=logp.device).clamp(min=1)
 
-    log_ratio = (logp - old).clamp(max=_MAX_LOG_RATIO)
+    raw_log_ratio = logp - old
+    log_ratio = raw_log_ratio.clamp(max=_MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)                                         # (B, L)
     obj = ppo_clip_objective(ratio, adv, cfg.eps_low, cfg.eps_high)
     if cfg.dual_clip is not None:
@@ -156,11 +164,17 @@ def policy_loss(
         names = list(terms)
         values = [t.detach() for t in terms.values()] + [n_tok.to(logp.dtype) / denom, n_tok.to(logp.dtype)]
         names += ["tokens/frac", "tokens/count"]
+        # tokens beyond the clamp: zero gradient, loss ~ 5e8 |A| / T when A < 0 (see _MAX_LOG_RATIO)
+        names.append("clip/ratio_clamped_frac")
+        values.append(((raw_log_ratio.detach() > _MAX_LOG_RATIO) & mask).sum().to(logp.dtype) / denom)
         if cfg.dual_clip is not None:
             names.append("clip/dual_frac")
             values.append(((adv < 0) & (ratio > cfg.dual_clip) & mask).sum().to(logp.dtype) / denom)
         metrics = dict(zip(names, torch.stack(values).tolist()))
         metrics |= ratio_stats(logp.detach(), old, adv, mask, cfg.eps_low, cfg.eps_high, denom)
+        if inputs.lag is not None:
+            metrics |= lag_bucket_stats(logp.detach(), old, adv, mask, inputs.lag.to(mask.device), cfg.eps_low,
+                                        cfg.eps_high, denom, None if inputs.entropy is None else inputs.entropy)
         if log_k is not None:
             metrics |= behaviour_mismatch_metrics(log_k, mask, denom)
             if weights is not None:

@@ -5,6 +5,10 @@ falls back, the steps of the hold run strict on-policy (DESIGN.md §3) with the 
 batch: N_reuse 1, D_T = D_R (one update per step), max_lag 0, a symmetric clip at the run's
 eps_low. Groups sampled beyond the new lag bound are dropped and counted at admission, not
 trained, and not an error: unlike a run configured on-policy, whose stale data means a bug.
+
+Fixed-lag mode (``LearnerConfig.fixed_lag`` = k) is a configured mode: every trained token must
+have update lag exactly k (``required_lag``), checked at every update like strict on-policy's 0;
+for k >= 1 the feeder pins each prompt to the version s - k its step s needs (``StepClock.fixed_lag``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from buffer.versions import StepClock
+from buffer.versions import StepClock, fixed_lag_required
 from learner.config import BatchConfig, PolicyLossConfig
 from learner.trainer_config import LearnerConfig
 
@@ -26,19 +30,33 @@ class StepMode:
     max_lag: int
     loss: PolicyLossConfig
     guard_fallback: bool = False   # the guard's on-policy: stale data is dropped, not an error
+    fixed_lag: int | None = None   # every trained token at update lag exactly this (None: off)
 
     @property
     def strict(self) -> bool:
         """Every trained token must be lag 0 (checked at every update)."""
         return self.name == "on_policy"
 
+    def required_lag(self, version: int) -> int | None:
+        """The one update lag every token trained at ``version`` must have (checked at every update),
+        or None: 0 on-policy, k under fixed lag (less during the ramp-in, ``fixed_lag_required``)."""
+        if self.strict:
+            return 0
+        return None if self.fixed_lag is None else fixed_lag_required(version, self.fixed_lag)
+
+    @property
+    def pinned(self) -> bool:
+        """Prompts name the exact version to sample with (fixed lag k >= 1)."""
+        return bool(self.fixed_lag)
+
     def clock(self, step: int, version: int) -> StepClock:
         """The admission clock from ``step`` (at ``version``) on, for the feeder."""
-        return StepClock(step=step, version=version, updates_per_step=self.batch.n_sgd, max_lag=self.max_lag)
+        return StepClock(step=step, version=version, updates_per_step=self.batch.n_sgd, max_lag=self.max_lag,
+                         fixed_lag=self.fixed_lag or None)
 
 
 def configured_mode(cfg: LearnerConfig) -> StepMode:
-    return StepMode(cfg.mode, cfg.batch, cfg.max_lag, cfg.loss)
+    return StepMode(cfg.mode, cfg.batch, cfg.max_lag, cfg.loss, fixed_lag=cfg.fixed_lag)
 
 
 def fallback_mode(cfg: LearnerConfig) -> StepMode:

@@ -45,8 +45,13 @@ We implement the reference:
    and so do we. The PRIME repository feeds the raw log-ratio (no beta) into the returns, the
    verl port beta times it; batch_norm and whitening cancel a common scale, so this only matters
    with process_reward_norm = "none", where we use beta as the paper does.
-5. Ragged groups: the reference assumes every group has exactly K contiguous rows; here K is the
-   number of non-empty rows of the group, and a group of one row (no baseline) gets RLOO terms 0.
+5. Ragged groups: the reference assumes every group has exactly K >= 2 contiguous rows; here K is
+   the number of non-empty rows of the group. A group left with one row (the others masked:
+   truncation masks, stale responses) has no leave-one-out baseline, so its row has no advantage
+   at all: it is left out of the batch normalisation and the whitening statistics, gets advantage
+   0 (``PrimeAdvantages.has_baseline`` False, counted in ``prime/no_baseline_rows``) and the
+   learner drops it from the policy loss (not in T), as GRPO rejects a group with fewer than two
+   responses. Whitening a return of 0 would otherwise hand it -mean/std: a signal with no baseline.
 """
 
 from __future__ import annotations
@@ -138,6 +143,7 @@ def prm_pairwise_accuracy(outcome_rewards: Tensor, labels: Tensor, group_index: 
 class PrimeAdvantages:
     advantages: Tensor   # (B, L) float32 token advantages for the PPO clip loss, 0 outside mask
     returns: Tensor      # (B, L) float32 R_t = sum_{s>=t} weighted RLOO rewards, 0 outside mask
+    has_baseline: Tensor  # (B,) bool: the row's group has another row (else advantage 0, not trained)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -154,6 +160,14 @@ def normalize_process_rewards(rewards: Tensor, mask: Tensor, how: str) -> tuple[
         raise ValueError(f"unknown process reward normalisation {how!r}")
     scale = float(reverse_cumsum(rewards).abs().max()) + BATCH_NORM_EPS if rewards.numel() else 1.0
     return rewards / scale, scale
+
+
+def group_sizes(mask: Tensor, group_index: Tensor) -> Tensor:
+    """K of each row's group: its rows with at least one valid token. (B, L) bool, (B,) -> (B,) int64."""
+    member = mask.any(dim=1).to(torch.int64)                                   # (B,)
+    inv = _group_ids(group_index)
+    n_groups = int(inv.max()) + 1 if inv.numel() else 0
+    return torch.zeros(n_groups, dtype=torch.int64, device=mask.device).index_add(0, inv, member)[inv]
 
 
 def group_leave_one_out(values: Tensor, mask: Tensor, group_index: Tensor) -> Tensor:
@@ -188,7 +202,9 @@ def prime_advantages(
     Call once per rollout batch (the whitening and batch_norm statistics are the batch's), never
     per mini-batch. See the module docstring for the exact definition and its sources.
     """
-    mask = mask.bool()
+    all_valid = mask.bool()
+    has_baseline = group_sizes(all_valid, group_index) >= 2                     # (B,)
+    mask = all_valid & has_baseline[:, None]       # rows without a baseline take no part (docstring, 5.)
     raw = process_rewards.detach().to(torch.float32)
     normed, scale = normalize_process_rewards(raw, mask, cfg.process_reward_norm)
     last = last_token_mask(mask)
@@ -198,7 +214,7 @@ def prime_advantages(
     returns = torch.where(mask, reverse_cumsum(token_rewards), torch.zeros_like(token_rewards))
     advantages = masked_whiten(returns, mask) if cfg.whiten_advantages else returns
     n = mask.sum().clamp(min=1)
-    valid = raw[mask]
+    valid = raw[all_valid]                         # the PRM's rewards of every row, trained or not
     metrics = {
         "process_reward/mean": float(valid.mean()) if valid.numel() else 0.0,
         "process_reward/std": float(valid.std()) if valid.numel() > 1 else 0.0,
@@ -206,8 +222,9 @@ def prime_advantages(
         "process_reward/norm_scale": scale,
         "return/mean": float(returns.sum() / n),
         "advantage/abs_mean": float(advantages.abs().sum() / n),
+        "prime/no_baseline_rows": float((~has_baseline & all_valid.any(dim=1)).sum()),
     }
-    return PrimeAdvantages(advantages, returns, metrics)
+    return PrimeAdvantages(advantages, returns, has_baseline, metrics)
 
 
 def reverse_cumsum(x: Tensor) -> Tensor:

@@ -14,7 +14,8 @@ admitted groups' responses, already through the prompt filter at admission):
    from the pre-update one (``PrimeConfig.rewards_from``);
 4. token advantages: process and outcome rewards with RLOO baselines -> returns -> whitened over
    the batch (``learner.prime.prime_advantages``); they go to ``Row.token_advantages`` and the
-   PPO clip loss reads them per token.
+   PPO clip loss reads them per token. A row whose group has no other row (no baseline) has no
+   advantage: it is left out of the policy update (the PRM still learned from it).
 
 :func:`prime_token_advantages` is the pure part (no Ray), :class:`PrimeStep` the calls on the ranks.
 """
@@ -42,8 +43,10 @@ from learner.trainer_config import LearnerConfig
 
 
 def prime_token_advantages(rows: Sequence[Row], ref: Sequence[np.ndarray], prm_before: Sequence[np.ndarray],
-                           prm_after: Sequence[np.ndarray], cfg: PrimeConfig) -> tuple[list[np.ndarray], dict]:
-    """Token advantages of a rollout batch and the step's PRIME metrics.
+                           prm_after: Sequence[np.ndarray],
+                           cfg: PrimeConfig) -> tuple[list[np.ndarray], list[bool], dict]:
+    """Token advantages of a rollout batch, whether each row has a baseline (a row without one has
+    advantage 0 and must not be trained), and the step's PRIME metrics.
 
     ``ref``, ``prm_before``, ``prm_after``: per row, the (R,) log-probs of the reference, of the
     PRM before its update on this batch (held-out), and of the PRM whose process rewards are used.
@@ -56,7 +59,7 @@ def prime_token_advantages(rows: Sequence[Row], ref: Sequence[np.ndarray], prm_b
     _, held_out = prm_loss(before_t, ref_t, mask, labels, cfg.beta, group_index=group)
     process = implicit_process_rewards(after_t, ref_t, mask, cfg.beta)                       # (B, L)
     result = prime_advantages(process, mask, labels, group, cfg)
-    return unpad_rows(result.advantages, mask), {**held_out, **result.metrics}
+    return unpad_rows(result.advantages, mask), result.has_baseline.tolist(), {**held_out, **result.metrics}
 
 
 class PrimeStep:
@@ -77,11 +80,12 @@ class PrimeStep:
             merged |= part
         return [np.array(merged[i]) for i in range(n)]     # writable copies of Ray's read-only views
 
-    def run(self, rows: list[Row]) -> dict[str, float]:
-        """Reference scores, one PRM update, process rewards -> ``rows[i].token_advantages``; metrics."""
+    def run(self, rows: list[Row]) -> tuple[list[Row], dict[str, float]]:
+        """Reference scores, one PRM update, process rewards -> ``rows[i].token_advantages``; returns
+        the rows the policy trains on (those with a baseline) and the metrics."""
         cfg, prime, world = self.cfg, self.cfg.prime, self.ranks.world
         if not rows:
-            return {}
+            return rows, {}
         chunk = cfg.loss.logprob_chunk_size
         rows_ref, per_rank = ray.put(rows), self._per_rank(rows)
         ref = self._gather(self.ranks.call_each("score_rows", [
@@ -94,7 +98,7 @@ class PrimeStep:
         if prime.rewards_from == "updated_prm":
             after = self._gather(self.ranks.call_each("prm_score", [
                 (rows_ref, per_rank[r], chunk) for r in range(world)]), len(rows))
-        advantages, metrics = prime_token_advantages(rows, ref, before, after, prime)
+        advantages, has_baseline, metrics = prime_token_advantages(rows, ref, before, after, prime)
         for row, adv in zip(rows, advantages):
             row.token_advantages = adv.astype(np.float32)
-        return {**metrics, **updates[0][1]}
+        return [r for r, ok in zip(rows, has_baseline) if ok], {**metrics, **updates[0][1]}

@@ -81,11 +81,11 @@ class LearnerRank:
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
                 "ds_config": self.engine.ds_config}
 
-    def train_updates(self, rows, updates: Sequence[tuple[int, list[list[int]]]], loss_cfg, temperature: float,
-                      entropy_coef: float, require_lag0: bool) -> list[tuple[dict, dict]]:
-        """Several consecutive optimizer updates: ``updates`` = [(version, micro-batches)]."""
-        return [self.engine.train_update(rows, mbs, version, loss_cfg, temperature, entropy_coef, require_lag0)
-                for version, mbs in updates]
+    def train_updates(self, rows, updates: Sequence[tuple[int, list[list[int]], int | None]], loss_cfg,
+                      temperature: float, entropy_coef: float) -> list[tuple[dict, dict]]:
+        """Several consecutive optimizer updates: ``updates`` = [(version, micro-batches, required lag)]."""
+        return [self.engine.train_update(rows, mbs, version, loss_cfg, temperature, entropy_coef, required)
+                for version, mbs, required in updates]
 
     def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, temperature: float, which: str) -> dict:
         return self.engine.score_rows(rows, micro_batches, loss_cfg, temperature, which)

@@ -45,9 +45,17 @@ class LearnerConfig(BaseModel):
         "'off_policy': lag <= max_lag, N_reuse >= 1, clip-higher allowed (DESIGN.md §3).")
     batch: BatchConfig = Field(default_factory=BatchConfig,
                                description="D_R, D_T, N_reuse: N_SGD = (D_R / D_T) * N_reuse updates per step.")
-    max_lag: int = Field(0, ge=0, description="Largest policy lag (v_learner - version_start) a "
-                         "response may have at the start of a step; staler ones are dropped, "
-                         "counted and dead-lettered with reason 'stale'. 0 in on-policy mode.")
+    max_lag: int = Field(0, ge=0, description="Bound on the generation lag at the start of a step "
+                         "(v0 - version_start, reported as lag_start/*): staler responses are dropped, "
+                         "counted and dead-lettered with reason 'stale'. It does not bound the update lag "
+                         "(lag/*, the lag at each optimizer update), which reaches max_lag + N_SGD - 1 "
+                         "(reuse-4 with D_R/D_T 4 and max_lag 16: up to 31). 0 in on-policy mode.")
+    fixed_lag: int | None = Field(
+        None, ge=0, description="Lag as a controlled dose: every trained token has update lag exactly k. "
+        "Actors generate step s with policy version s - k (the weight transport keeps the last k + 1 "
+        "versions; only the Ray object store can), one update per step (N_reuse 1, D_T = D_R); groups "
+        "sampled for a later step wait, staler ones are dropped. k = 0 is strict on-policy (mode "
+        "'on_policy'); k >= 1 needs mode 'off_policy' with max_lag = k. None = off.")
     dynamic_sampling: bool = Field(
         True, description="DAPO dynamic sampling: ACK and discard zero-advantage groups and keep "
         "reading until D_R valid ones. Off: take exactly D_R groups; rejected groups stay in the "
@@ -135,6 +143,10 @@ class LearnerConfig(BaseModel):
                                  "this run is on-policy already")
         elif self.max_lag < 1:
             raise ValueError("mode='off_policy' needs max_lag >= 1 (use mode='on_policy' for lag 0)")
+        if self.fixed_lag is not None:
+            problems = fixed_lag_problems(self)
+            if problems:
+                raise ValueError(f"fixed_lag={self.fixed_lag}: " + "; ".join(problems))
         if self.loss.correction.type != "none" and self.old_logprobs != "recompute":
             raise ValueError(f"loss.correction '{self.loss.correction.type}' weights by pi_old/mu: it needs "
                              "old_logprobs='recompute' (with 'behaviour', pi_old = mu and the weight is 1)")
@@ -149,6 +161,12 @@ class LearnerConfig(BaseModel):
     @property
     def needs_reference(self) -> bool:
         return self.loss.kl_beta > 0
+
+    @property
+    def versions_needed(self) -> int:
+        """How many of the newest policy versions actors must be able to load: k + 1 under a fixed
+        lag k >= 1 (the weight transport keeps them), else 1."""
+        return (self.fixed_lag or 0) + 1
 
     def engine_signature(self) -> dict:
         """The fields a rank group's engines were built with (see ENGINE_FIELDS)."""
@@ -174,4 +192,28 @@ def strict_on_policy_problems(cfg: LearnerConfig) -> list[str]:
     if cfg.sync_interval not in (None, 1):
         problems.append(f"sync_interval={cfg.sync_interval} (need None or 1: actors generate batch s "
                         "with version s weights)")
+    return problems
+
+
+def fixed_lag_problems(cfg: LearnerConfig) -> list[str]:
+    """Why ``cfg`` cannot train every token at update lag exactly ``cfg.fixed_lag`` = k, or [].
+
+    One update per step (so the step's data is not reused at k + 1, k + 2, ...), weights published
+    once per step, no guard (it would switch the lag), and a mode and max_lag that say k: on-policy
+    for k = 0, off-policy with max_lag = k for k >= 1 (admission and the feeder's clock read max_lag).
+    """
+    k, problems = cfg.fixed_lag, []
+    if cfg.batch.n_reuse != 1 or cfg.batch.mini_batch != cfg.batch.rollout_batch:
+        problems.append(f"needs one update per step: --learner.batch.n_reuse 1 and --learner.batch.mini_batch "
+                        f"{cfg.batch.rollout_batch} (= rollout_batch; got n_reuse {cfg.batch.n_reuse}, "
+                        f"mini_batch {cfg.batch.mini_batch})")
+    if cfg.sync_interval not in (None, 1):
+        problems.append(f"sync_interval={cfg.sync_interval}: weights are published once per step (None)")
+    if cfg.guard.enabled:
+        problems.append("the lag guard switches the lag itself: turn --learner.guard.enabled off")
+    if k == 0 and cfg.mode != "on_policy":
+        problems.append("lag 0 is strict on-policy: --learner.mode on_policy --learner.max_lag 0")
+    if k and (cfg.mode != "off_policy" or cfg.max_lag != k):
+        problems.append(f"needs --learner.mode off_policy --learner.max_lag {k} (got mode {cfg.mode}, "
+                        f"max_lag {cfg.max_lag})")
     return problems

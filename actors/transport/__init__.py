@@ -26,6 +26,12 @@ Into the engine, every implementation goes through lagrl's backends for vLLM's w
 (``vllm_engine``), never through tensors passed to ``collective_rpc``: the engine core may run in
 its own process (``ActorConfig.engine_process``; always on GPU), and vLLM's IPC does not carry
 tensors as RPC arguments.
+Older versions (fixed-lag mode, ``LearnerConfig.fixed_lag`` = k >= 1: actors sample step s with
+version s - k while the learner publishes s): a transport that can serve them keeps the newest
+``keep`` versions and names any of them with ``location_for(version)``; the actor loads one with
+``load_into(llm, location_for(v))``. The object store can (its store actor keeps references to the
+last ``keep`` snapshots); the collective transport cannot (it broadcasts only the newest version to
+every engine), and :func:`transport_for` refuses it for k >= 1.
 """
 
 from __future__ import annotations
@@ -170,7 +176,30 @@ def make_transport(kind: str, run_id: str, **kwargs) -> WeightTransport:
     return getattr(importlib.import_module(module), name)(run_id, **kwargs)
 
 
-def transport_for(actors_cfg, run_id: str) -> WeightTransport:
-    """The transport an ``ActorConfig`` asks for, with its settings (what the driver builds)."""
+def transport_for(actors_cfg, run_id: str, keep_versions: int = 1) -> WeightTransport:
+    """The transport an ``ActorConfig`` asks for, with its settings (what the driver builds).
+
+    ``keep_versions``: how many of the newest versions actors must be able to load (k + 1 for a
+    fixed lag k, ``LearnerConfig.versions_needed``); more than 1 needs a transport with
+    ``location_for`` (the object store)."""
     kind = ALIASES.get(actors_cfg.weight_transport, actors_cfg.weight_transport)
-    return make_transport(kind, run_id, **({"cfg": actors_cfg.collective} if kind == "collective" else {}))
+    if kind == "collective":
+        if keep_versions > 1:
+            raise ValueError(f"the collective weight transport broadcasts only the newest version, but this run "
+                             f"samples with versions up to {keep_versions - 1} behind it (learner.fixed_lag): use "
+                             "--actors.weight_transport ray (the object store keeps older versions)")
+        return make_transport(kind, run_id, cfg=actors_cfg.collective)
+    return make_transport(kind, run_id, keep=max(2, keep_versions))
+
+
+def check_serves_versions(transport, versions: int) -> None:
+    """Raise (naming the fix) unless ``transport`` lets actors load each of the newest ``versions``."""
+    if versions <= 1:
+        return
+    if not callable(getattr(transport, "location_for", None)):
+        raise ValueError(f"{type(transport).__name__} cannot serve a version older than the newest one, and "
+                         f"learner.fixed_lag samples with versions up to {versions - 1} behind: use "
+                         "--actors.weight_transport ray")
+    if getattr(transport, "keep", 0) < versions:
+        raise ValueError(f"the weight transport keeps {getattr(transport, 'keep', 0)} versions, learner.fixed_lag "
+                         f"needs the newest {versions}: build it with transport_for(..., keep_versions={versions})")

@@ -146,6 +146,17 @@ class RayObjectStoreTransport:
         self._consistent = True
         self.stats = {"version": version, "bytes": staged.nbytes, "stage_s": t1 - t0, "load_s": time.monotonic() - t1}
 
+    def location_for(self, version: int) -> str:
+        """Where any of the last ``keep`` versions is (fixed lag: older than the newest one)."""
+        return f"{self.scheme}://{self.store_name}/{version}"
+
+    def versions(self) -> list[int]:
+        """The versions the store keeps now (oldest first; [] before the first publish)."""
+        try:
+            return ray.get(self._store_handle(create=False).versions.remote())
+        except ValueError:                 # no store actor yet
+            return []
+
     def fetch(self, location: str) -> NamedTensors:
         scheme, _, rest = location.partition("://")
         name, _, version = rest.rpartition("/")

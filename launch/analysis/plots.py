@@ -172,6 +172,26 @@ def plot_trained_throughput(ax: Axes, df: pd.DataFrame) -> int:
     return plot_series(ax, df, keys or ["tokens/trained_per_s"], "learner tokens/s")
 
 
+LAG_BUCKETS = ("0", "1", "2-3", "4-7", "8+")     # learner.lag.LAG_BUCKETS' labels (update lag)
+_BUCKET_STYLES = ("-", "--")
+
+
+def plot_lag_buckets(ax: Axes, df: pd.DataFrame, metrics: Iterable[str], title: str) -> int:
+    """``lagbucket/<bucket>/<metric>`` vs step: one colour per bucket of update lag, one line style per
+    metric (solid, dashed); returns the points drawn."""
+    import matplotlib.pyplot as plt
+
+    metrics = list(metrics)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    drawn = 0
+    for i, bucket in enumerate(LAG_BUCKETS):
+        for metric, style in zip(metrics, _BUCKET_STYLES):
+            label = f"lag {bucket}" + (f" {metric.rsplit('/', 1)[-1]}" if len(metrics) > 1 else "")
+            drawn += _line(ax, df, f"lagbucket/{bucket}/{metric}", color=colours[i % len(colours)],
+                           linestyle=style, label=label)
+    return _finish(ax, title, drawn, [f"lagbucket/<lag>/{m}" for m in metrics])
+
+
 def plot_lag_hist(ax: Axes, df: pd.DataFrame) -> int:
     """Lag histogram of the latest step and cumulative over the run (fractions, side by side)."""
     latest, total = lag_hist(df)

@@ -128,12 +128,16 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
         pool = RewardPool(cfg=cfg.rewards)
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
                                    model_dir=model, run_dir=run_path,
-                                   transport=transport_for(cfg.actors, cfg.run_id),
+                                   transport=transport_for(cfg.actors, cfg.run_id,
+                                                           keep_versions=cfg.learner.versions_needed),
                                    temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
         if learner.resumed_from:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
+            if r.get("republished"):
+                print(f"[driver] fixed lag {cfg.learner.fixed_lag}: versions {r['republished']} republished "
+                      "from the checkpoint for the prompts pinned to them", flush=True)
         # the run id names the tracker run; a resumed run continues it from the step it retrains
         trackers = open_trackers(cfg.tracking, name=cfg.run_id, log_dir=run_path, store_root=run_path.parent,
                                  hparams=cfg.model_dump(mode="json"), start_step=learner.steps_done)

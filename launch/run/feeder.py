@@ -5,7 +5,9 @@ a prompt for learner step s needs the policy version the learner's published clo
 (``buffer.versions.StepClock.min_version``: the version step s starts at, minus max_lag), so
 it is issued once the published version reaches that (strict on-policy: step s's prompts
 appear exactly when version s exists; off-policy: up to max_lag versions early, so generation
-overlaps training). The clock is re-read every tick: the lag guard changes it when it switches
+overlaps training; fixed lag k: each prompt of step s is pinned to exactly version s - k,
+``PromptMsg.pin_version``, and issued once that version exists).
+The clock is re-read every tick: the lag guard changes it when it switches
 the run between off-policy and strict on-policy. Each step first gets D_R prompts. Dynamic sampling rejects zero-advantage
 groups, so the learner may still lack valid groups once all of them are answered: it publishes how
 many (``learner_need`` in the meta hash, re-sent on every empty read), and the feeder tops up 1.5x
@@ -81,7 +83,7 @@ class PromptFeeder:
     # ---- issuing
     def issue(self, step: int, count: int, clock: StepClock) -> int:
         stage, max_tokens = self.stage_at(step)
-        min_version = clock.min_version(step)
+        min_version, pin = clock.min_version(step), clock.pin_version(step)
         msgs = []
         for _ in range(count):
             p = self._next_problem()
@@ -97,7 +99,7 @@ class PromptFeeder:
             msgs.append(PromptMsg(prompt_id=prompt_id, data_source=p.data_source, prompt_ids=ids,
                                   answer=p.answer, n_samples=self.group_size, max_tokens=max_tokens,
                                   step=step, min_version=min_version, stage=stage, temperature=self.temperature,
-                                  meta={"problem_id": p.id}))
+                                  meta={"problem_id": p.id}, pin_version=pin))
         if msgs:
             self.buffer.put_prompts(msgs)
         self.stats.issued += len(msgs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import traceback
@@ -32,7 +33,8 @@ def preset_argv(preset: str, *, tiny: bool, steps: int | None, run_dir: Path, ru
 
 
 def _first_last(rows: list[dict], key: str) -> tuple[float | None, float | None]:
-    vals = [float(r[key]) for r in rows if r.get(key) is not None]
+    # a step that trained no token has entropy NaN: not a first or last value
+    vals = [float(r[key]) for r in rows if r.get(key) is not None and math.isfinite(float(r[key]))]
     return (vals[0], vals[-1]) if vals else (None, None)
 
 

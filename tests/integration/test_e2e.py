@@ -65,7 +65,8 @@ def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel
     nb, plotted = run_notebook(kernel_env, {"LAGRL_RUN_DIR": str(run_path)})
     assert plotted["run_id"] == run_id and plotted["rows"] >= len(metrics), plotted
     assert plotted["entropy"] > 0 and plotted["reward"] > 0, plotted
-    assert png_count(nb) == 4
+    assert plotted["lagbucket_entropy"] == len(metrics), plotted       # one bucket (lag 0) every step
+    assert png_count(nb) == 5       # figures the notebook draws (one per show() call)
 
 
 def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> None:

@@ -10,6 +10,7 @@ ratios start at ~1), 0/1 rewards with variance inside each group.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -169,7 +170,7 @@ def test_on_policy_raises_on_lag(ranks, tiny_world, redis_url, policy, run_dir):
     r = groups[0].responses[0]
     row = Row(groups[0].prompt_ids, r.token_ids, r.logprobs, 1.0, v - 1, v - 1, 0)
     with pytest.raises(PolicyLagError):
-        ranks.call("train_updates", [row], [(v, [[0]])], cfg.loss, 1.0, 0.0, True)
+        ranks.call("train_updates", [row], [(v, [[0]], 0)], cfg.loss, 1.0, 0.0)
     assert ranks.version() == v
 
 
@@ -391,3 +392,37 @@ def test_corrections_see_the_behaviour_logprobs(ranks, tiny_world, redis_url, po
     assert m["correction/weight/mean"] == pytest.approx(np.exp(0.5), rel=1e-3) and m["correction/capped_frac"] == 0
     # k3 estimate of KL(mu || pi_old) on tokens sampled from mu: k - 1 - log k with k = pi_old / mu = e^0.5
     assert m["mismatch/behaviour_kl_k3"] == pytest.approx(np.exp(0.5) - 1 - 0.5, rel=1e-3)
+
+
+def test_an_update_without_loss_tokens_is_not_an_update(ranks, world, redis_url, policy, run_dir):
+    """Without dynamic sampling a zero-advantage group keeps its slot in the schedule with an empty loss
+    mask. Its mini-batch is no update: no AdamW step on a zero gradient, no version; the later updates
+    move up one version (their lags say so) and the feeder's clock is re-anchored. A step whose every
+    mini-batch is empty trains nothing: version unchanged, entropy NaN (not 0), the controller untouched."""
+    cfg = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=1, shuffle=False,
+                      dynamic_sampling=False, entropy=AdaptiveEntropy(target=10.0, delta=1e-3, c_max=1e-2))
+    buf = make_buffer(redis_url, "empty")
+    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    v0 = learner.version
+    set_weights(policy, learner.full_state_dict())
+    valid = make_groups(policy, 3, v0, seed=11)
+    zero = make_groups(policy, 1, v0, seed=12, rewards=[1.0] * GS)[0]
+    for g in (valid[0], zero, valid[1], valid[2]):                       # no shuffle: update u trains group u
+        buf.put_group(g)
+    m = learner.step()
+    assert (m["updates"], m["updates/skipped_empty"], m["version"]) == (3, 1.0, v0 + 3) and ranks.version() == v0 + 3
+    # updates at v0, (skipped), v0 + 1, v0 + 2 on groups sampled at v0: lags 0, 1, 2
+    assert m["lag/hist"] == {"0": GS, "1": GS, "2": GS} and m["lag_start/hist"] == {"0": 3 * GS}
+    assert np.isfinite(m["entropy/mean"]) and m["entropy/c"] == pytest.approx(1e-3)   # entropy < target 10
+    assert buf.get_meta("learner_clock")["learner_clock"] == {
+        "step": 1, "version": v0 + 3, "updates_per_step": 4, "max_lag": 2, "fixed_lag": None}
+
+    before = learner.full_state_dict()
+    for g in make_groups(policy, 4, v0 + 3, seed=13, rewards=[0.0] * GS):
+        buf.put_group(g)
+    m = learner.step()
+    assert (m["updates"], m["updates/skipped_empty"], m["version"], m["tokens/trained"]) == (0, 4.0, v0 + 3, 0.0)
+    assert math.isnan(m["entropy/mean"]) and math.isnan(m["grad/norm"])
+    assert m["entropy/c"] == pytest.approx(1e-3)                         # no observation: c did not move
+    assert ranks.version() == v0 + 3 and max_diff(learner.full_state_dict(), before) == 0.0
+    assert buf.get_meta("learner_clock")["learner_clock"]["step"] == 2

@@ -81,3 +81,41 @@ def test_guard_fallback_drops_groups_beyond_its_lag_bound_and_counts_them(redis_
     col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=mode)
     assert [g.group_id for _, g in col.entries] == (["fresh"] if fallback else ["old"])
     assert col.metrics()["lag/stale_dropped"] == (4 if fallback else 0)
+
+
+def test_fixed_lag_trains_exactly_k_behind_defers_later_steps_and_drops_staler(redis_server):
+    """k = 2, learner at version 5: only responses sampled with version 3 are trained. A group of a
+    later step (version 4, lag 1) waits un-ACKed and is trained at version 6; staler responses
+    (version 2, lag 3) and straddled ones are dropped as stale; a group with both keeps the rest."""
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    v, k = 5, 2
+    later = _spans(make_group("later", version=4, seed=1), [(4, 4)] * 4)
+    stale = _spans(make_group("stale", version=2, seed=2), [(2, 2)] * 4)
+    exact = _spans(make_group("exact", version=3, seed=3), [(3, 3)] * 4)
+    mixed = _spans(make_group("mixed", version=3, seed=4), [(3, 3), (2, 2), (3, 3), (3, 4)])
+    later2 = _spans(make_group("later2", version=4, seed=6), [(4, 4)] * 4)
+    for g in (later, stale, exact, mixed, later2):
+        buf.put_group(g)
+    cfg = LearnerConfig(mode="off_policy", max_lag=k, fixed_lag=k, batch=BatchConfig(rollout_batch=2, mini_batch=2),
+                        block_ms=100, data_timeout_s=30.0)
+    mode = configured_mode(cfg)
+    admission = Admission(cfg, buf, TrainedLedger(buf))
+    col = admission.collect(version=v, step=v, mode=mode)
+    assert [g.group_id for _, g in col.entries] == ["exact", "mixed"]
+    # mixed: response 1 is 3 behind, response 3 straddles 3 -> 4; responses 0 and 2 (rewards 1, 0) train
+    np.testing.assert_array_equal(col.loss_masks[1], [True, False, True, False])
+    m = col.metrics()
+    assert m["groups/stale_dropped"] == 1 and m["lag/stale_dropped"] == 4 + 2 and m["groups/read"] == 4
+    assert {g.group_id for _, g in buf.pending_groups(cfg.consumer)} >= {"later"}        # waits, not ACKed
+    assert audit(buf.client, buf.run_id).outcomes["stale"] == 1                          # the stale group
+    letters = [d["detail"] for d in buf.dead_letters() if d["reason"] == "stale"]
+    assert any("lags [3] > the fixed lag 2 at version 5" in d and "group dropped" in d for d in letters), letters
+    # one version later the waiting group is exactly k behind: trained first, then the next one read
+    col = admission.collect(version=v + 1, step=v + 1, mode=mode)
+    assert [g.group_id for _, g in col.entries] == ["later", "later2"] and col.metrics()["groups/read"] == 2
+    # the ramp-in: at version 1 the data can only be from version 0, one behind
+    ramp = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    for i in range(2):
+        ramp.put_group(_spans(make_group(f"v0-{i}", version=0, seed=5 + i), [(0, 0)] * 4))
+    col = Admission(cfg, ramp, TrainedLedger(ramp)).collect(version=1, step=1, mode=mode)
+    assert [g.group_id for _, g in col.entries] == ["v0-0", "v0-1"]

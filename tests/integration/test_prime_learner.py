@@ -116,9 +116,10 @@ def test_prime_step_matches_plain_torch(prime_ranks, tiny_world, redis_url, poli
 
     with torch.no_grad():
         after = _logprobs(prm, mb)
-    advantages, pm = prime_token_advantages(rows, _per_row(mb, ref), _per_row(mb, before), _per_row(mb, after),
-                                            cfg.prime)
+    advantages, has_baseline, pm = prime_token_advantages(rows, _per_row(mb, ref), _per_row(mb, before),
+                                                          _per_row(mb, after), cfg.prime)
     assert m["process_reward/std"] == pytest.approx(pm["process_reward/std"], rel=1e-3)
+    assert all(has_baseline)                                        # every group has several rows here
     for r, a in zip(rows, advantages):
         r.token_advantages = a
     mb = collate(rows, list(range(len(rows))))

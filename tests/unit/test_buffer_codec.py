@@ -40,6 +40,9 @@ def test_prompt_round_trip():
     back = decode_prompt(encode_prompt(p))
     assert back.prompt_ids.tobytes() == p.prompt_ids.tobytes()
     assert (back.prompt_id, back.step, back.min_version, back.meta) == (p.prompt_id, 3, 2, p.meta)
+    assert back.pin_version is None and b"pin_version" not in encode_prompt(p)   # absent unless pinned
+    p.pin_version = 2                                                          # fixed-lag: exactly version 2
+    assert decode_prompt(encode_prompt(p)).pin_version == 2
 
 
 GOOD = encode_group(make_group("g", n=2, tokens=4))
@@ -172,7 +175,8 @@ def test_oversize_rejected_before_parsing():
 @pytest.mark.parametrize("change,reason", [
     ({"n_samples": 0}, "bad_field"), ({"prompt_ids": b""}, "empty_prompt"),
     ({"prompt_ids": pack_tokens([-1])}, "bad_tokens"), ({"schema": 2}, "unknown_schema"),
-    ({"meta": "x"}, "bad_field"),
+    ({"meta": "x"}, "bad_field"), ({"pin_version": "2"}, "bad_field"), ({"pin_version": -1}, "bad_field"),
+    ({"pin_version": 0, "min_version": 1}, "bad_field"),
 ])
 def test_bad_prompt_rejected(change, reason):
     with pytest.raises(InvalidMessage) as info:

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from buffer.config import BufferConfig
 from buffer.keys import RunKeys, run_id_of
 from buffer.scripts import id_key, id_score
-from buffer.versions import StepClock, group_lags, lag_histogram
+from buffer.versions import StepClock, fixed_lag_required, group_lags, lag_histogram
 from tests.samples import make_group
 
 
@@ -43,6 +43,24 @@ def test_a_clock_published_mid_run():
     with pytest.raises(ValueError, match="before this clock"):
         clock.min_version(6)
     assert StepClock(**clock.to_dict()) == clock
+
+
+def test_fixed_lag_pins_each_step_to_exactly_k_versions_back():
+    # k = 2, one update per step: step s is pinned to version s - 2 (the ramp-in: steps 0..2 to version 0)
+    clock = StepClock(updates_per_step=1, max_lag=2, fixed_lag=2)
+    assert [clock.pin_version(s) for s in range(6)] == [0, 0, 0, 1, 2, 3]
+    assert [clock.pin_version(s) == clock.min_version(s) for s in range(6)] == [True] * 6
+    assert clock.newest_admissible_step(3) == 5          # step 5's version 3 exists: issued
+    # the ramp-in: trained at version v < k the data (from version 0) is v behind, else exactly k
+    assert [fixed_lag_required(v, 2) for v in range(5)] == [0, 1, 2, 2, 2]
+    # a clock re-anchored after a skipped update (step 6 at version 5): pins follow the versions
+    later = StepClock(step=6, version=5, updates_per_step=1, max_lag=2, fixed_lag=2)
+    assert [later.pin_version(s) for s in (6, 7)] == [3, 4] and StepClock(**later.to_dict()) == later
+    assert StepClock(updates_per_step=1, max_lag=2).pin_version(4) is None           # not pinned
+    for bad in ({"max_lag": 3, "fixed_lag": 2}, {"max_lag": 2, "fixed_lag": 2, "updates_per_step": 4},
+                {"max_lag": 0, "fixed_lag": 0}):
+        with pytest.raises(ValueError):
+            StepClock(**bad)
 
 
 def test_group_lags_and_histogram():

@@ -139,3 +139,38 @@ def test_ablation_holds_the_learning_rate_equal(tmp_path, capsys):
     cfgs, lr2 = fair_configs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t",
                              overrides=["--learner.lr", "3e-4"])
     assert lr2 == 3e-4 and {c.learner.lr for c in cfgs} == {3e-4}
+
+
+def test_fixed_lag_presets_differ_from_the_baseline_only_in_the_lag():
+    base = get_preset("baseline").learner
+    for k in (0, 1, 2, 4, 8):
+        cfg = get_preset(f"fixedlag_{k}")
+        assert cfg.learner.fixed_lag == k and cfg.learner.versions_needed == k + 1
+        assert (cfg.learner.mode, cfg.learner.max_lag) == (("off_policy", k) if k else ("on_policy", 0))
+        differ = {f for f in type(base).model_fields if getattr(cfg.learner, f) != getattr(base, f)}
+        assert differ <= {"fixed_lag", "mode", "max_lag"}, differ
+        assert scale_to_tiny(cfg).learner.fixed_lag == k
+
+
+def test_fixed_lag_refuses_a_transport_that_serves_only_the_newest_version():
+    from actors.transport import check_serves_versions, transport_for
+    from actors.transport.object_store import RayObjectStoreTransport
+
+    data = get_preset("fixedlag_2").model_dump()
+    data["actors"]["weight_transport"] = "collective"
+    with pytest.raises(ValueError, match="--actors.weight_transport ray"):
+        RunConfig.model_validate(data)
+    data["learner"] = get_preset("fixedlag_0").learner.model_dump()        # lag 0: the newest suffices
+    assert RunConfig.model_validate(data).learner.fixed_lag == 0
+    cfg = get_preset("fixedlag_2")
+    with pytest.raises(ValueError, match="--actors.weight_transport ray"):
+        transport_for(cfg.actors.model_copy(update={"weight_transport": "collective"}), "r", keep_versions=3)
+    store = transport_for(cfg.actors, "r", keep_versions=cfg.learner.versions_needed)
+    assert isinstance(store, RayObjectStoreTransport) and store.keep == 3
+    assert store.location_for(1) == "ray://lagrl-weights-r/1"
+    check_serves_versions(store, 3)
+    with pytest.raises(ValueError, match="keep_versions=3"):
+        check_serves_versions(RayObjectStoreTransport("r"), 3)                 # keeps 2
+    with pytest.raises(ValueError, match="--actors.weight_transport ray"):
+        check_serves_versions(object(), 2)                                     # no location_for
+    check_serves_versions(object(), 1)                                         # the newest only: anything

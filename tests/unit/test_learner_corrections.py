@@ -251,10 +251,23 @@ def test_correction_config_bounds(model, bad):
 
 
 def test_correction_configs_documented_and_tagged():
+    adapter = TypeAdapter(CorrectionConfig)
+    tags = {}
     for model in (NoCorrection, TruncatedIS, MaskedIS, DecoupledPPO):
-        assert model.__doc__ and ("20" in model.__doc__ or model is NoCorrection)  # cites a year / paper
         for name, f in model.model_fields.items():
             assert name == "type" or f.description, f"{model.__name__}.{name}"
+        default = model()
+        tags[default.type] = model
+        # the tag selects the class, and the JSON form (what a preset or --learner.loss.correction writes) round-trips
+        assert adapter.validate_json(default.model_dump_json()) == default
+    assert set(tags) == {"none", "tis", "mask", "decoupled"}
+    # on-policy data (pi_old = mu: log k = 0) passes every correction untouched: weight 1, nothing dropped
+    mask = torch.tensor([[True, True, False]])
+    for tag, model in tags.items():
+        if tag == "none":
+            continue
+        w = correction_weights(torch.zeros(1, 3, dtype=torch.float64), mask, model())
+        assert w.weight[mask].tolist() == [1.0, 1.0] and not w.masked.any(), tag
     parsed = TypeAdapter(CorrectionConfig).validate_python({"type": "mask", "upper": 5.0})
     assert isinstance(parsed, MaskedIS) and (parsed.lower, parsed.upper) == (0.5, 5.0)
     cfg = PolicyLossConfig.model_validate({"correction": {"type": "decoupled"}})

@@ -100,3 +100,19 @@ def test_paper_and_script_defaults():
 def test_non_finite_entropy_rejected():
     with pytest.raises(ValueError):
         AdaptiveEntropyControl(AdaptiveEntropy()).update(float("nan"))
+
+
+def test_a_step_without_trained_tokens_leaves_the_controller_alone():
+    # ENTROPIES with a token-less step (None) after 0.10: the c sequence and the alphas are exactly those
+    # of the scripted run without it. Read as 0.0 it would have counted as a collapse (c += delta).
+    ctl = AdaptiveEntropyControl(AdaptiveEntropy(**SMALL))
+    for e in ENTROPIES[:3]:
+        ctl.update(e)
+    state = ctl.state_dict()
+    ctl.update(None)
+    assert ctl.state_dict() == state and ctl.coef() == pytest.approx(0.002)
+    ctl.update(0.0)                                   # a measured 0 is a collapse: c moves up
+    assert ctl.c == pytest.approx(0.0025)
+    for stateless in (NoEntropyControl(), FixedEntropyControl(FixedEntropy(coef=0.01))):
+        stateless.update(None)
+        assert stateless.coef() in (0.0, 0.01)

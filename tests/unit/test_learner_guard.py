@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+import torch
 from pydantic import ValidationError
 
 from learner.config import GuardConfig
@@ -24,6 +25,7 @@ from learner.guard_rules import (
     least_squares_slope,
     mismatch_kl_rule,
 )
+from learner.lag import ratio_stats
 
 OFF = dict(entropy_floor=None, entropy_floor_start_frac=None, entropy_floor_target_frac=None,
            slope_max_drop_frac=None, mismatch_kl_max=None, clip_frac_max=None)
@@ -296,4 +298,30 @@ def test_guard_config_validation_and_docs():
     d = GuardConfig()
     assert (d.enabled, d.entropy_floor_target_frac, d.slope_window, d.mismatch_kl_max, d.clip_frac_max,
             d.clip_frac_growth) == (False, 0.5, 20, 0.02, 0.05, 2.0)
-    assert math.isclose(0.2 - math.log(1.2), 0.0177, abs_tol=1e-4)      # the mismatch anchor in the docs
+
+
+def test_default_mismatch_threshold_sits_just_above_a_batch_at_the_clip_edge():
+    """The anchor in guard_rules' docs, measured: every token at the clip edge rho = 1.2 gives the logged
+    mismatch/kl_k3 = 0.2 - ln 1.2 = 0.01768, which the default 0.02 lets through; rho = 1.25 on every
+    token (k3 = 0.25 - ln 1.25 = 0.02686) fires once it persists for persist_steps steps."""
+    cfg = GuardConfig(enabled=True)
+    for rho, fires in ((1.2, False), (1.25, True)):
+        kl = ratio_stats(torch.full((2, 3), math.log(rho)), torch.zeros(2, 3), torch.ones(2, 3),
+                         torch.ones(2, 3, dtype=torch.bool), 0.2, 0.2, total_tokens=6)["mismatch/kl_k3"]
+        assert kl == pytest.approx(rho - 1 - math.log(rho), abs=1e-6)
+        rows = [{"mismatch/kl_k3": kl}] * cfg.persist_steps
+        assert (mismatch_kl_rule(rows, cfg, Baseline()) is not None) == fires, rho
+        assert mismatch_kl_rule(rows[:1], cfg, Baseline()) is None          # one step is not enough
+
+
+def test_a_step_that_trained_no_tokens_is_no_evidence():
+    """Its entropy is NaN (nothing was measured), never 0: the guard neither fires on it nor records it,
+    so it cannot count towards a collapse, a persistence streak, the slope window or the hold."""
+    g = Guard(_cfg(entropy_floor=0.1, persist_steps=1, start_steps=1, hold_steps=1, recover_quiet_steps=1))
+    assert g.observe({"entropy/mean": 0.5, "tokens/trained": 100.0}).mode == "off_policy"
+    before = g.state_dict()
+    empty = g.observe({"entropy/mean": float("nan"), "tokens/trained": 0.0})
+    assert empty.mode == "off_policy" and empty.event is None and empty.metrics["guard/skipped_no_tokens"] == 1.0
+    assert g.state_dict() == before
+    # a real 0.05 nats with tokens behind it does fire
+    assert g.observe({"entropy/mean": 0.05, "tokens/trained": 100.0}).event.kind == "fallback"

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from learner.lag import LagReport, lag_report, ratio_stats
+from learner.lag import LAG_BUCKETS, LagReport, lag_bucket, lag_bucket_stats, lag_report, ratio_stats
 
 
 def test_lag_report_hand_computed():
@@ -21,6 +21,9 @@ def test_lag_report_hand_computed():
     assert m["lag/straddled"] == 2 and m["lag/samples"] == 4 and m["lag/tokens"] == 21
     # histograms with string keys: the row reads the same back from metrics.jsonl
     assert m["lag/hist"] == {"0": 1, "1": 2, "3": 1} and m["lag/token_hist"] == {"0": 10, "1": 10, "3": 1}
+    # the same report as the step-start (generation) lag: only the prefix differs
+    start = r.metrics("lag_start/")
+    assert start == {k.replace("lag/", "lag_start/"): v for k, v in m.items()}
 
 
 def test_lag_from_token_mask_and_merge():
@@ -65,3 +68,55 @@ def test_ratio_stats_masks_and_prefix():
     assert m["behaviour/clip/high_frac"] == 0.5
     empty = ratio_stats(new, torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.bool), 0.2, 0.2, 1)
     assert empty["ratio/max"] == -math.inf and empty["ratio/mean"] == 0.0
+
+
+# ---------------------------------------------------------------- per-lag-bucket statistics
+def test_lag_bucket_labels():
+    labels = {lag: lag_bucket(lag) for lag in (0, 1, 2, 3, 4, 7, 8, 31)}
+    assert labels == {0: "0", 1: "1", 2: "2-3", 3: "2-3", 4: "4-7", 7: "4-7", 8: "8+", 31: "8+"}
+    assert [b[0] for b in LAG_BUCKETS] == ["0", "1", "2-3", "4-7", "8+"]
+    with pytest.raises(ValueError, match="negative"):
+        lag_bucket(-1)
+
+
+def _bucket_batch():
+    """Four rows of a micro-batch, update lags [0, 2, 3, 9], logp_old = 0 so rho is exact:
+
+    row 0 (lag 0): rho [1.0, 1.5], A +1, entropy [0.5, 0.7]
+    row 1 (lag 2): rho [0.5] (+ a padded slot), A -1, entropy [1.0]
+    row 2 (lag 3): rho [1.0, 0.75], A -1, entropy [0.2, 0.4]
+    row 3 (lag 9): rho [2.0] (+ a padded slot), A +1, entropy [2.0]
+    """
+    rho = [[1.0, 1.5], [0.5, 1e9], [1.0, 0.75], [2.0, 1e9]]       # 1e9: padding, must never show
+    logp = torch.tensor([[math.log(r) for r in row] for row in rho], dtype=torch.float64)
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [-1.0, -1.0], [1.0, 1.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True], [True, False], [True, True], [True, False]])
+    ent = torch.tensor([[0.5, 0.7], [1.0, 9.0], [0.2, 0.4], [2.0, 9.0]], dtype=torch.float64)
+    return logp, torch.zeros_like(logp), adv, mask, ent, torch.tensor([0, 2, 3, 9])
+
+
+def test_lag_bucket_stats_hand_computed():
+    # T = 8 (the mini-batch has 2 more tokens elsewhere); eps 0.2 / 0.2.
+    # bucket 0:   tokens 2; ratio sum 2.5 -> 0.3125; max 1.5; high clip (1.5 > 1.2, A > 0) 1/8;
+    #             k3 = 0 + (0.5 - ln 1.5) = 0.0945349 -> /8 = 0.0118169; entropy 1.2/8 = 0.15
+    # bucket 2-3: tokens 3; ratio 0.5 + 1 + 0.75 = 2.25 -> 0.28125; max 1.0; low clip (0.5, 0.75 < 0.8,
+    #             A < 0) 2/8; k3 = (ln 2 - 0.5) + 0 + (ln(4/3) - 0.25) = 0.2308289 -> 0.0288536; entropy 1.6/8
+    # bucket 8+:  tokens 1; ratio 2/8; max 2; high clip 1/8; k3 = 1 - ln 2 = 0.3068528 -> 0.0383566; entropy 2/8
+    # buckets 1 and 4-7: no tokens, no keys
+    logp, old, adv, mask, ent, lag = _bucket_batch()
+    m = lag_bucket_stats(logp, old, adv, mask, lag, 0.2, 0.2, total_tokens=8, entropy=ent)
+    assert {k.split("/")[1] for k in m} == {"0", "2-3", "8+"}
+    b0, b23, b8 = ({k.removeprefix(f"lagbucket/{b}/"): v for k, v in m.items() if k.startswith(f"lagbucket/{b}/")}
+                   for b in ("0", "2-3", "8+"))
+    assert b0 == pytest.approx({"tokens": 2, "ratio/mean": 0.3125, "ratio/max": 1.5, "clip/low_frac": 0.0,
+                                "clip/high_frac": 0.125, "mismatch/kl_k3": 0.0118169, "entropy/mean": 0.15},
+                               abs=1e-7)
+    assert b23 == pytest.approx({"tokens": 3, "ratio/mean": 0.28125, "ratio/max": 1.0, "clip/low_frac": 0.25,
+                                 "clip/high_frac": 0.0, "mismatch/kl_k3": 0.0288536, "entropy/mean": 0.2},
+                                abs=1e-7)
+    assert b8 == pytest.approx({"tokens": 1, "ratio/mean": 0.25, "ratio/max": 2.0, "clip/low_frac": 0.0,
+                                "clip/high_frac": 0.125, "mismatch/kl_k3": 0.0383566, "entropy/mean": 0.25},
+                               abs=1e-7)
+    no_entropy = lag_bucket_stats(logp, old, adv, mask, lag, 0.2, 0.2, total_tokens=8)
+    assert not any(k.endswith("entropy/mean") for k in no_entropy)
+    assert lag_bucket_stats(logp, old, adv, torch.zeros_like(mask), lag, 0.2, 0.2, 8) == {}

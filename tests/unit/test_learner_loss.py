@@ -157,3 +157,23 @@ def test_zero_coefficients_keep_terms_out_of_the_graph():
     loss.backward()
     assert ent.grad is None and logp.grad[0].tolist() == pytest.approx([-1.0])   # plain PG: -A rho
     assert m["entropy/mean"] == 0.5 and m["kl/ref_k3"] > 0 and m["loss/kl"] == 0.0
+
+
+def test_tokens_beyond_the_log_ratio_clamp_are_counted():
+    # log rho = [25, 20, 0.1, 30 (padding)], A = [-1, -1, +1, -1], T = 4 (one more token elsewhere).
+    # t1: log rho 25 > 20: clamped to rho = e^20, obj = min(-e^20, -0.8) = -e^20 -> loss e^20 / 4, no gradient;
+    # t2: exactly at the clamp (not beyond): obj = -e^20 too, but the gradient passes, -A rho / T = e^20 / 4;
+    # t3: plain: obj = min(e^0.1, 1.2) = e^0.1 (1.105 < 1.2), grad -e^0.1 / 4.
+    logp = torch.tensor([[25.0, 20.0, 0.1, 30.0]], dtype=torch.float64, requires_grad=True)
+    inputs = PolicyLossInputs(logp, torch.zeros(1, 4, dtype=torch.float64),
+                              torch.tensor([[-1.0, -1.0, 1.0, -1.0]], dtype=torch.float64),
+                              torch.tensor([[True, True, True, False]]))
+    loss, m = policy_loss(inputs, PolicyLossConfig(), total_tokens=4)
+    loss.backward()
+    e20 = math.exp(20.0)
+    assert loss.item() == pytest.approx((2 * e20 - math.exp(0.1)) / 4)
+    assert logp.grad[0].tolist() == pytest.approx([0.0, e20 / 4, -math.exp(0.1) / 4, 0.0])
+    assert m["clip/ratio_clamped_frac"] == 0.25           # t1 only: the padding's 30 does not count
+    _, none = policy_loss(PolicyLossInputs(logp.detach(), logp.detach(), torch.ones(1, 4),
+                                           torch.ones(1, 4, dtype=torch.bool)), PolicyLossConfig(), 4)
+    assert none["clip/ratio_clamped_frac"] == 0.0

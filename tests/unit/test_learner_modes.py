@@ -41,3 +41,14 @@ def test_clock_of_a_mode():
 def test_guard_only_watches_off_policy_runs():
     with pytest.raises(ValueError, match="on-policy already"):
         LearnerConfig(mode="on_policy", guard=GuardConfig(enabled=True))
+
+
+def test_fixed_lag_mode_requires_exactly_k_after_the_ramp_in():
+    mode = configured_mode(LearnerConfig(mode="off_policy", max_lag=2, fixed_lag=2))
+    assert mode.pinned and not mode.strict and mode.fixed_lag == 2
+    assert [mode.required_lag(v) for v in range(5)] == [0, 1, 2, 2, 2]
+    clock = mode.clock(3, 3)
+    assert (clock.fixed_lag, clock.pin_version(3), clock.pin_version(5)) == (2, 1, 3)
+    strict = configured_mode(LearnerConfig(fixed_lag=0))            # lag 0 is strict on-policy: not pinned
+    assert strict.strict and not strict.pinned and strict.required_lag(7) == 0 and strict.clock(0, 0).fixed_lag is None
+    assert configured_mode(_off_policy()).required_lag(9) is None

@@ -160,6 +160,28 @@ def test_prime_returns_hand_values():
     assert res.metrics["process_reward/std"] == pytest.approx(math.sqrt(0.255 / 5), abs=1e-6)
 
 
+def test_a_row_without_a_baseline_gets_no_advantage_and_leaves_the_whitening():
+    # _group3 (prompt 4) plus a lone row d of prompt 8 (its other responses masked): process rewards
+    # [0.9, 0.9], outcome 1. d has no leave-one-out baseline: return 0, advantage 0, has_baseline False,
+    # and the whitening statistics are those of _group3 alone, so its rows keep exactly the
+    # advantages of test_prime_returns_hand_values. (Whitening d's two returns of 0 with the others' would
+    # give d +0.375 / 3.0793 = +0.1218 on both tokens, from no baseline, and shift everyone else's.)
+    r, mask, groups = _group3()
+    r = torch.cat([r, torch.tensor([[0.9, 0.9, 0.0]])])
+    mask = torch.cat([mask, torch.tensor([[T, T, F]])])
+    groups = torch.cat([groups, torch.tensor([8])])
+    res = prime_advantages(r, mask, torch.tensor([1.0, 0.0, 0.0, 1.0]), groups, PrimeConfig(process_reward_norm="none"))
+    assert res.has_baseline.tolist() == [True, True, True, False]
+    torch.testing.assert_close(res.advantages, torch.tensor(
+        [[1.100964, 1.307394, 0.0], [-0.137620, 0.0, 0.0], [-1.169774, -0.344051, -0.756913], [0.0, 0.0, 0.0]]),
+        atol=1e-5, rtol=0)
+    assert (res.returns[3] == 0).all() and res.metrics["prime/no_baseline_rows"] == 1.0
+    # batch_norm: the lone row's rewards (reverse cumsum 1.8) do not set the scale; _group3's max
+    # |reverse cumsum| is 0.9 (row c)
+    assert prime_advantages(r, mask, torch.tensor([1.0, 0.0, 0.0, 1.0]), groups,
+                            PrimeConfig()).metrics["process_reward/norm_scale"] == pytest.approx(0.9 + 1e-6)
+
+
 def test_prime_returns_at_t0_equal_the_design_formula():
     # Whole-response return = sum_s [r_s - 1/(K-1) sum_{j!=i} mean_j] + r_o - 1/(K-1) sum_{j!=i} r_o^j.
     g = torch.Generator().manual_seed(1)
@@ -181,8 +203,10 @@ def _reference_loop(r, mask, outcome, groups, cfg):
     B, L = r.shape
     lens = [int(mask[i].sum()) for i in range(B)]
     rew = [[r[i, t].item() for t in range(lens[i])] for i in range(B)]
+    # a row alone in its group has no baseline: no part in the normalisation, returns or whitening
+    based = [sum(1 for j in range(B) if groups[j] == groups[i]) >= 2 for i in range(B)]
     if cfg.process_reward_norm == "batch_norm":
-        big = max(abs(sum(rew[i][t:])) for i in range(B) for t in range(lens[i]))
+        big = max(abs(sum(rew[i][t:])) for i in range(B) for t in range(lens[i]) if based[i])
         rew = [[x / (big + 1e-6) for x in row] for row in rew]
     tok = [[0.0] * lens[i] for i in range(B)]
     for g in set(groups.tolist()):
@@ -197,10 +221,10 @@ def _reference_loop(r, mask, outcome, groups, cfg):
                 tok[i][t] += cfg.process_coef * (rew[i][t] * k / (k - 1) - mean_sum / (k - 1))
             tok[i][-1] += cfg.outcome_coef * (outcome[i].item() * k / (k - 1) - out_sum / (k - 1))
     ret = [[sum(tok[i][t:]) for t in range(lens[i])] for i in range(B)]
-    flat = [x for row in ret for x in row]
+    flat = [x for i, row in enumerate(ret) for x in row if based[i]]
     mean = sum(flat) / len(flat)
     std = math.sqrt(sum((x - mean) ** 2 for x in flat) / (len(flat) - 1) + 1e-8)
-    adv = [[(x - mean) / std for x in row] for row in ret]
+    adv = [[(x - mean) / std if based[i] else 0.0 for x in row] for i, row in enumerate(ret)]
     pad = lambda rows: torch.tensor([row + [0.0] * (L - len(row)) for row in rows])  # noqa: E731
     return pad(ret), pad(adv)
 
@@ -221,6 +245,8 @@ def test_prime_advantages_match_a_direct_loop(norm):
     torch.testing.assert_close(res.returns, ret, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(res.advantages, adv, atol=1e-5, rtol=1e-5)
     assert (res.advantages[~mask] == 0).all() and (res.returns[~mask] == 0).all()
+    assert res.has_baseline.tolist() == [g != 9 for g in groups.tolist()]     # prompt 9 has one row
+    assert (res.advantages[groups == 9] == 0).all()
 
 
 def test_prime_advantages_drop_gradients():

@@ -48,3 +48,28 @@ def test_prime_filter_needs_dynamic_sampling():
     with pytest.raises(ValueError, match="dynamic_sampling"):
         LearnerConfig(prime=PrimeConfig(), dynamic_sampling=False,
                       advantage=AdvantageConfig(reject_zero_advantage=False))
+
+
+def test_fixed_lag_needs_one_update_per_step_and_a_mode_that_says_k():
+    from learner.config import GuardConfig
+    from learner.trainer_config import fixed_lag_problems
+
+    k2 = LearnerConfig(mode="off_policy", max_lag=2, fixed_lag=2)
+    assert (k2.versions_needed, fixed_lag_problems(k2)) == (3, [])
+    assert LearnerConfig(fixed_lag=0).versions_needed == 1 and LearnerConfig().versions_needed == 1
+    for bad, problem in [
+        (dict(mode="off_policy", max_lag=3), "--learner.max_lag 2"),
+        (dict(mode="on_policy", max_lag=0), "--learner.mode off_policy"),
+        (dict(mode="off_policy", max_lag=2, batch=BatchConfig(mini_batch=16)), "one update per step"),
+        (dict(mode="off_policy", max_lag=2, batch=BatchConfig(n_reuse=2)), "--learner.batch.n_reuse 1"),
+        (dict(mode="off_policy", max_lag=2, sync_interval=4), "sync_interval=4"),
+        (dict(mode="off_policy", max_lag=2, guard=GuardConfig(enabled=True)), "guard"),
+    ]:
+        with pytest.raises(ValueError, match="fixed_lag=2") as exc:
+            LearnerConfig(fixed_lag=2, **bad)
+        assert problem in str(exc.value), (bad, str(exc.value))
+    with pytest.raises(ValueError, match="strict on-policy: --learner.mode on_policy"):
+        LearnerConfig(mode="off_policy", max_lag=1, fixed_lag=0)
+    with pytest.raises(ValueError):
+        LearnerConfig(fixed_lag=-1)
+    assert "update lag" in LearnerConfig.model_fields["max_lag"].description      # says which lag it bounds
