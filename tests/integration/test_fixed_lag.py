@@ -96,7 +96,7 @@ def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capf
     from transformers import AutoTokenizer
 
     from launch.run.data import PromptRenderer
-    from launch.tiny.task import PROMPT_TEMPLATE
+    from launch.worlds.tiny.task import PROMPT_TEMPLATE
     from learner import checkpoint as ckpt_io
     from learner.lagged_weights import LAGGED_DIR
 
