@@ -109,7 +109,7 @@ def one_update(ctx: Context, zero_stage: int) -> dict:
         first = next(engine.engine.module.parameters())
         before = first.detach().clone()
         t1 = time.monotonic()
-        metrics, info = engine.train_update(rows, mbs, 0, cfg.loss, 1.0, 1e-3, require_lag0=True)
+        metrics, info = engine.train_update(rows, mbs, 0, cfg.loss, 1.0, 1e-3, required_lag=0)
         if ctx.cuda:
             torch.cuda.synchronize()
         step_s = time.monotonic() - t1

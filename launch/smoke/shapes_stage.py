@@ -203,7 +203,7 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     rows = synthetic_rows(ours.vocab_size, plan.rows, plan.prompt_tokens, plan.response_tokens)
     mbs = plan_update(rows, list(range(len(rows))), cfg.micro_batch_tokens, 1)[0]
     tokens = sum(r.loss_tokens for r in rows)
-    ours_times = timed(lambda: ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, 0.0, require_lag0=False))
+    ours_times = timed(lambda: ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, 0.0, required_lag=None))
     optimizer, ds_config, dtype = optimizer_name(ours.engine), ours.ds_config, ours.dtype
     ours_peak = peak()
     ours = None                                          # free its memory before the bare engine is built
