@@ -75,12 +75,12 @@ def main() -> None:
     # no LOCAL_SIZE: it would make DeepSpeed map a /dev/shm workspace it never unlinks
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     os.environ.pop("LOCAL_SIZE", None)
-    import deepspeed
-    deepspeed.init_distributed(dist_backend="nccl" if args.device == "cuda" else "gloo", auto_mpi_discovery=False,
-                               verbose=False)
+    from learner.distributed import init_distributed
+    init_distributed(args.device)
     from learner.batching import Row, collate, plan_update
     from learner.config import BatchConfig
     from learner.engine import RankEngine, _load_hf_model
+    from learner.optimizer import initialize_engine
     from learner.trainer_config import LearnerConfig
 
     tmp = tempfile.mkdtemp(prefix="lagrl-bench-")
@@ -89,8 +89,7 @@ def main() -> None:
                         micro_batch_tokens=args.micro_batch_tokens)
     ours = RankEngine(cfg, mdir, 0, 1, args.device, group_size=args.rows)   # one group of all rows
     bare_model = _load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False)
-    bare, *_ = deepspeed.initialize(model=bare_model, model_parameters=bare_model.parameters(),
-                                    config=ours.ds_config)
+    bare, *_ = initialize_engine(bare_model, cfg, ours.ds_config, args.device)   # the same optimizer as ours
 
     rng = np.random.default_rng(0)
     rows = [Row(prompt_ids=rng.integers(2, vocab, args.prompt_len).astype(np.int32),

@@ -117,6 +117,15 @@ class RunConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _gpu_layout(self) -> RunConfig:
+        from launch.layout import config_problems
+
+        problems = config_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _one_world(self) -> RunConfig:
         worlds = [name for name in ("tiny", "shapes", "reasoning") if getattr(self, name)]
         if len(worlds) > 1:

@@ -35,6 +35,7 @@ from learner.config import PolicyLossConfig
 from learner.errors import PolicyLagError
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import PolicyLossInputs, deepspeed_loss_scale, policy_loss
+from learner.optimizer import initialize_engine
 from learner.reduce import reduce_metrics
 from learner.trainer_config import LearnerConfig
 
@@ -100,10 +101,7 @@ def deepspeed_config(cfg: LearnerConfig, world: int, device: str, group_size: in
         "train_batch_size": mbs * gas * world,
         "gradient_clipping": 0.0 if clips_itself(cfg, device) else cfg.grad_clip,
         "zero_optimization": zero, "bf16": {"enabled": bf16}, "fp16": {"enabled": False},
-        # torch's AdamW on CPU: DeepSpeed's FusedAdam is a CUDA kernel.
-        "optimizer": {"type": "AdamW", "params": {
-            "lr": cfg.lr, "betas": list(cfg.betas), "eps": cfg.adam_eps,
-            "weight_decay": cfg.weight_decay, "torch_adam": device != "cuda"}},
+        # no optimizer section: learner.optimizer.initialize_engine picks it (never a JIT-built op)
         "zero_allow_untested_optimizer": True, "steps_per_print": 10**12, "wall_clock_breakdown": False,
     }
 
@@ -174,9 +172,8 @@ class RankEngine:
         model = _load_hf_model(model_dir, dtype, cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
         self.vocab_size = int(model.config.vocab_size)
-        self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=self.ds_config, lr_scheduler=lambda opt: LambdaLR(opt, LinearWarmup(cfg.warmup_steps)))
+        self.engine, self.scheduler, self.optimizer_name = initialize_engine(
+            model, cfg, self.ds_config, device, lr_scheduler=lambda opt: LambdaLR(opt, LinearWarmup(cfg.warmup_steps)))
         self.model_dir, self.dtype = str(model_dir), dtype
         self.reference = None     # frozen initial policy for the k3 KL, loaded on first use
 

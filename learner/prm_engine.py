@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import deepspeed
 import numpy as np
 import torch
 
@@ -28,6 +27,7 @@ from learner.config import PrimeConfig
 from learner.engine import _load_hf_model, clips_itself, deepspeed_config, full_params, resolve_dtype
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import deepspeed_loss_scale
+from learner.optimizer import initialize_engine
 from learner.prime import outcome_labels, prm_loss
 from learner.trainer_config import LearnerConfig
 
@@ -68,8 +68,7 @@ class PrmEngine:
         self.ds_config = deepspeed_config(self.cfg, world, device, group_size)
         model = _load_hf_model(model_dir, resolve_dtype(self.cfg, device), self.cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
-        self.engine, _, _, _ = deepspeed.initialize(
-            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=self.ds_config)
+        self.engine, _, self.optimizer_name = initialize_engine(model, self.cfg, self.ds_config, device)
 
     def _logprobs(self, mb: MicroBatch, chunk: int) -> torch.Tensor:
         out = self.engine(input_ids=mb.input_ids.to(self.device), attention_mask=mb.attention_mask.to(self.device),

@@ -3,8 +3,10 @@
 Each ``LearnerRank`` is a process of its own (as ``deepspeed`` launches would give), so
 ``torch.distributed`` state never leaks into the driver. Rank 0 picks the rendezvous address
 (its node IP and a free port), every rank gets MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE /
-LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU). Ranks are
-placed with a PACK placement group, one bundle per rank, each with ``learner.resources`` and, on a
+LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU; through
+``learner.distributed``, which builds no op). Ranks are placed with a PACK placement group, one
+bundle per rank (``learner.gpus_per_rank`` GPUs on CUDA: below 1 engines may share the GPU, and the
+rank caps its allocator at ``learner.memory_fraction()``), each with ``learner.resources`` and, on a
 cluster, off the driver's node (``actors.placement``). Each rank opens the model where its node
 has it (``actors.model_source``: the shared path or the node-local cache).
 
@@ -62,9 +64,10 @@ class LearnerRank:
         # spares DeepSpeed's "unable to detect an accelerator" warning; model loads and checkpoint
         # writes show no progress bars.
         os.environ.setdefault("DS_ACCELERATOR", "cuda" if device == "cuda" else "cpu")
-        import deepspeed
         import torch
         from transformers.utils import logging as hf_logging
+
+        from learner.distributed import init_distributed
 
         hf_logging.disable_progress_bar()
 
@@ -76,16 +79,19 @@ class LearnerRank:
         os.environ.pop("LOCAL_SIZE", None)
         if device == "cuda":
             torch.cuda.set_device(0)
+            if cfg.memory_fraction() is not None:   # a GPU shared with engines: stay within this rank's share
+                torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction(), 0)
         else:
             torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
-        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo",
-                                   auto_mpi_discovery=False, verbose=False)
+        init_distributed(device)
         from learner.engine import RankEngine
+        from learner.optimizer import optimizer_label
 
         self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)
         self._setup = (model_dir, group_size, device)
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
-                "ds_config": self.engine.ds_config}
+                "ds_config": self.engine.ds_config, "optimizer": self.engine.optimizer_name,
+                "optimizer_label": optimizer_label(self.engine.optimizer_name, device)}
 
     def train_updates(self, rows, updates: Sequence[tuple[int, list[list[int]]]], loss_cfg, temperature: float,
                       entropy_coef: float, require_lag0: bool) -> list[tuple[dict, dict]]:
@@ -177,7 +183,7 @@ class RankGroup:
         self.model = model_dir
         self.model_dir = str(model_dir)
         self.device = cfg.device if cfg.device != "auto" else ("cuda" if _cluster_has_gpus() else "cpu")
-        gpus = 1 if self.device == "cuda" else 0
+        gpus = cfg.gpus_per_rank if self.device == "cuda" else 0   # < 1: engines may share the GPU
         n = cfg.num_ranks
         selector = place.off_driver_selector(cfg.avoid_driver_node)
         self.pg = placement_group([{"CPU": cfg.cpus_per_rank, **({"GPU": gpus} if gpus else {}), **cfg.resources}] * n,
@@ -198,6 +204,7 @@ class RankGroup:
             (self.cfg, self.model, group_size, seed, master_addr, port, self.device,
              local[r] if self.device == "cpu" else 0)
             for r in range(n)])
+        self.optimizer, self.optimizer_label = self.info[0]["optimizer"], self.info[0]["optimizer_label"]
         located = place.locate({str(r): a for r, a in enumerate(self.actors)})
         self.nodes = [located[str(r)] for r in range(n)]
 

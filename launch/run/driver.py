@@ -53,6 +53,33 @@ def _init_ray(cfg: RunConfig) -> None:
              _system_config=SYSTEM_CONFIG)
 
 
+def _resolve_layout(cfg: RunConfig) -> RunConfig:
+    """Refuse, before anything starts, a GPU layout the cluster cannot hold (naming the fix); write
+    the weight transport (and collective backend) the placement calls for into the config and say
+    which and why (launch.layout)."""
+    import ray
+
+    from launch.layout import choose_transport, cluster_problems, resolved_actors
+
+    gpus = float(ray.cluster_resources().get("GPU", 0))
+    problems = cluster_problems(cfg, gpus)
+    if problems:
+        raise ValueError("this GPU layout cannot run: " + "; ".join(problems))
+    choice = choose_transport(cfg, gpus)
+    print(choice.line(), flush=True)
+    return cfg.model_copy(update={"actors": resolved_actors(cfg, choice)})
+
+
+def _record_optimizer(cfg: RunConfig, learner, run_path: Path, buffer) -> RunConfig:
+    """The optimizer the learner ranks resolved (learner.optimizer), into the console, config.json and
+    the run's meta."""
+    print(f"[learner] optimizer: {learner.ranks.optimizer_label}", flush=True)
+    cfg = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"optimizer": learner.ranks.optimizer})})
+    write_private(run_path / "config.json", cfg.model_dump_json(indent=2))
+    buffer.set_meta(config=cfg.model_dump_json())
+    return cfg
+
+
 def _local_resources(cfg: RunConfig) -> dict[str, float]:
     """The custom resources the config asks for (actors.resources, learner.resources), given to the
     local single-node Ray so a config written for a cluster also runs on one machine."""
@@ -99,10 +126,11 @@ def run(cfg: RunConfig) -> RunResult:
     started = time.monotonic()
     run_path = cfg.path.resolve()
     run_path.mkdir(parents=True, exist_ok=True)
-    write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
 
     _init_ray(cfg)
+    cfg = _resolve_layout(cfg)       # refusals that need the cluster; the weight transport 'auto' picks
+    write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
     url, server = open_buffer_server(cfg.buffer, run_path)
     buffer = RunBuffer.from_url(url, cfg.run_id, cfg.buffer)
@@ -124,6 +152,7 @@ def run(cfg: RunConfig) -> RunResult:
                                    model_dir=model, run_dir=run_path,
                                    transport=transport_for(cfg.actors, cfg.run_id),
                                    temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
+        cfg = _record_optimizer(cfg, learner, run_path, buffer)
         if learner.resumed_from:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "

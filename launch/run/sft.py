@@ -67,15 +67,14 @@ def update_plan(num_examples: int, cfg: SftConfig) -> list[list[int]]:
 
 
 def _init_distributed(device: str) -> tuple[int, int]:
-    import deepspeed
+    from learner.distributed import init_distributed
 
     if "WORLD_SIZE" not in os.environ:        # run plainly: one rank on a free loopback port
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", auto_mpi_discovery=False,
-                               verbose=False)
+    init_distributed(device)
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
@@ -94,7 +93,6 @@ def _engine_config(cfg: SftConfig, device: str):
 def train_sft(cfg: SftConfig) -> dict:
     """Train and write ``cfg.out``; returns the summary also written to ``cfg.out/sft.json``."""
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if _has_cuda() else "cpu")
-    import deepspeed
     import torch
     import torch.distributed as dist
     from torch.optim.lr_scheduler import LambdaLR
@@ -106,6 +104,7 @@ def train_sft(cfg: SftConfig) -> dict:
     from learner.engine import LinearWarmup, _load_hf_model, clips_itself, deepspeed_config, resolve_dtype
     from learner.logprobs import logprobs_and_entropy
     from learner.loss import deepspeed_loss_scale
+    from learner.optimizer import initialize_engine, optimizer_label
     from rewards.problems import read_jsonl
 
     hf_logging.disable_progress_bar()
@@ -123,10 +122,10 @@ def train_sft(cfg: SftConfig) -> dict:
     lc = _engine_config(cfg, device)
     model = _load_hf_model(cfg.model_dir, resolve_dtype(lc, device), cfg.gradient_checkpointing)
     pad_id = int(model.config.pad_token_id or 0)
-    engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-        config=deepspeed_config(lc, world, device, group_size=1),
-        lr_scheduler=lambda opt: LambdaLR(opt, LinearWarmup(cfg.warmup_steps)))
+    engine, _, optimizer = initialize_engine(model, lc, deepspeed_config(lc, world, device, group_size=1), device,
+                                             lr_scheduler=lambda opt: LambdaLR(opt, LinearWarmup(cfg.warmup_steps)))
+    if rank == 0:
+        print(f"[sft] optimizer: {optimizer_label(optimizer, device)}", flush=True)
     dev = next(engine.module.parameters()).device
     scale = deepspeed_loss_scale(1, world, scale_wrt_gas=False)
     losses = []
