@@ -32,8 +32,8 @@ from learner.trainer_config import LearnerConfig
 class LearnerRank:
     """One DeepSpeed rank; the engine lives in this process (see ``learner.engine``)."""
 
-    def __init__(self, rank: int, world: int):
-        self.rank, self.world = rank, world
+    def __init__(self, rank: int, world: int, device: str = "cpu"):
+        self.rank, self.world, self.device = rank, world, device
         self.engine = None
         self.transport = None
         self.prm = None          # PRIME's implicit PRM (learner.prm_engine), built by setup_prm
@@ -88,7 +88,7 @@ class LearnerRank:
         from learner.optimizer import optimizer_label
 
         self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)
-        self._setup = (model_dir, group_size, device)
+        self._setup, self.device = (model_dir, group_size, device), device
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
                 "ds_config": self.engine.ds_config, "optimizer": self.engine.optimizer_name,
                 "optimizer_label": optimizer_label(self.engine.optimizer_name, device)}
@@ -128,9 +128,9 @@ class LearnerRank:
         """Keep the weight transport for this actor's lifetime (Ray reference-counts the object
         store transport's store actor by its handles, so a per-call copy would let it die after
         publish) and bind it here; rank 0's answer is the transport the actors get (a collective
-        one carries the address of the hub rank 0 now serves)."""
+        one carries the address of the hub rank 0 now serves). Needs no engine: it may run before setup."""
         self.transport = transport
-        return transport.bind_learner(self.rank, self._node_ip(), self.engine.device_kind)
+        return transport.bind_learner(self.rank, self._node_ip(), self.device)
 
     def publish(self, version: int) -> str | None:
         return self.engine.publish(self.transport, version)
@@ -174,8 +174,12 @@ def _cluster_has_gpus() -> bool:
 class RankGroup:
     """N ``LearnerRank`` actors forming one DeepSpeed data-parallel group."""
 
-    def __init__(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int = 0):
-        """``model_dir``: a path or an ``actors.model_source.ModelSource`` (each rank resolves it)."""
+    def __init__(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int = 0, *, transport=None,
+                 on_transport=None):
+        """``model_dir``: a path or an ``actors.model_source.ModelSource`` (each rank resolves it).
+        ``transport``: bound on every rank before the engines are set up; rank 0's answer is
+        ``actor_transport``, handed to ``on_transport(actor_transport)`` at once, so the caller can
+        start the generation engines while the ranks load DeepSpeed and the model."""
         from actors import placement as place
 
         self.cfg = cfg.model_copy()
@@ -194,8 +198,13 @@ class RankGroup:
         self.actors = [
             LearnerRank.options(num_cpus=cfg.cpus_per_rank, num_gpus=gpus, scheduling_strategy=
                                 PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
-            .remote(r, n) for r in range(n)]
+            .remote(r, n, self.device) for r in range(n)]
         addrs = ray.get([a.rendezvous.remote() for a in self.actors])
+        self.actor_transport = None
+        if transport is not None:
+            self.actor_transport = self.call("set_transport", transport)[0]
+            if on_transport is not None:
+                on_transport(self.actor_transport)
         self.nodes: list[dict] = []     # where each rank runs (actors.placement.locate), after setup
         master_addr, port = addrs[0]
         local = _local_ranks([ip for ip, _ in addrs])

@@ -148,18 +148,28 @@ def run(cfg: RunConfig) -> RunResult:
     pool = actors = loops = feeder = learner = None
     try:
         pool = RewardPool(cfg=cfg.rewards)
+        transport, actors = transport_for(cfg.actors, cfg.run_id), []
+
+        def start_engines(actor_transport) -> None:
+            actors.extend(create_generation_actors(
+                cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size, seed=cfg.seed, reward_scorer=pool,
+                buffer_cfg=cfg.buffer, log_dir=str(run_path / "logs"), transport=actor_transport))
+
+        # A transport without membership (the object store) needs nothing of the learner's engines, so
+        # the actors build theirs while the ranks load DeepSpeed and the model (a start-up is the longer
+        # of the two, not their sum). A collective transport's members join rank 0's group as they
+        # start: they are created once the learner is up.
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
-                                   model_dir=model, run_dir=run_path,
-                                   transport=transport_for(cfg.actors, cfg.run_id),
-                                   temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
+                                   model_dir=model, run_dir=run_path, transport=transport,
+                                   temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed,
+                                   on_transport=start_engines if transport.upkeep_s is None else None)
         cfg = _record_optimizer(cfg, learner, run_path, buffer)
         if learner.resumed_from:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
-        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size,
-                                          seed=cfg.seed, reward_scorer=pool, buffer_cfg=cfg.buffer,
-                                          log_dir=str(run_path / "logs"), transport=learner.actor_transport)
+        if not actors:
+            start_engines(learner.actor_transport)
         loops = start_loops(actors)
         _record_placement(run_path, buffer, wait_started(actors, cfg.actors, cfg.run_id), learner, model)
         # a collective transport forms its group with every actor here (the object store returns at once)
