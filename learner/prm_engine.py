@@ -28,10 +28,8 @@ from learner.engine import _load_hf_model, clips_itself, deepspeed_config, full_
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import deepspeed_loss_scale
 from learner.optimizer import initialize_engine
-from learner.prime import outcome_labels, prm_loss
+from learner.prime import PRM_TEMPERATURE, outcome_labels, prm_loss
 from learner.trainer_config import LearnerConfig
-
-PRM_TEMPERATURE = 1.0   # the PRM and the reference score the sampled tokens at temperature 1
 
 
 def prm_engine_config(cfg: LearnerConfig, prime: PrimeConfig) -> LearnerConfig:
