@@ -73,7 +73,8 @@ def _resolve_layout(cfg: RunConfig) -> RunConfig:
 def _record_optimizer(cfg: RunConfig, learner, run_path: Path, buffer) -> RunConfig:
     """The optimizer the learner ranks resolved (learner.optimizer), into the console, config.json and
     the run's meta."""
-    print(f"[learner] optimizer: {learner.ranks.optimizer_label}", flush=True)
+    print(f"[driver] optimizer: {learner.ranks.optimizer_label} (learner.optimizer {cfg.learner.optimizer})",
+          flush=True)
     cfg = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"optimizer": learner.ranks.optimizer})})
     write_private(run_path / "config.json", cfg.model_dump_json(indent=2))
     buffer.set_meta(config=cfg.model_dump_json())
