@@ -171,6 +171,15 @@ def choose_transport(cfg: RunConfig, cluster_gpus: float) -> TransportChoice:
     return TransportChoice("collective", backend, f"auto: {where}")
 
 
+def engines_start_early(cfg: RunConfig, cluster_gpus: float, transport_has_membership: bool) -> bool:
+    """Whether the engines may build while the learner ranks set up: the transport keeps no membership
+    (the object store: an actor needs nothing of the learner's engines) and no GPU is shared (vLLM
+    sizes its KV cache from the free memory it measures, which the learner's model load would change
+    under it)."""
+    device = learner_device(cfg.learner, cluster_gpus)
+    return not transport_has_membership and not shares_gpu(cfg.learner, cfg.actors, device)
+
+
 def resolved_actors(cfg: RunConfig, choice: TransportChoice) -> ActorConfig:
     """``cfg.actors`` with the chosen transport (and backend) written in, as actors and config.json get it."""
     update: dict = {"weight_transport": choice.kind}

@@ -53,10 +53,10 @@ def _init_ray(cfg: RunConfig) -> None:
              _system_config=SYSTEM_CONFIG)
 
 
-def _resolve_layout(cfg: RunConfig) -> RunConfig:
+def _resolve_layout(cfg: RunConfig) -> tuple[RunConfig, float]:
     """Refuse, before anything starts, a GPU layout the cluster cannot hold (naming the fix); write
     the weight transport (and collective backend) the placement calls for into the config and say
-    which and why (launch.layout)."""
+    which and why (launch.layout). Returns the config and the cluster's GPU count."""
     import ray
 
     from launch.layout import choose_transport, cluster_problems, resolved_actors
@@ -67,7 +67,7 @@ def _resolve_layout(cfg: RunConfig) -> RunConfig:
         raise ValueError("this GPU layout cannot run: " + "; ".join(problems))
     choice = choose_transport(cfg, gpus)
     print(choice.line(), flush=True)
-    return cfg.model_copy(update={"actors": resolved_actors(cfg, choice)})
+    return cfg.model_copy(update={"actors": resolved_actors(cfg, choice)}), gpus
 
 
 def _record_optimizer(cfg: RunConfig, learner, run_path: Path, buffer) -> RunConfig:
@@ -114,6 +114,7 @@ def run(cfg: RunConfig) -> RunResult:
     from actors.model_source import share_model
     from actors.transport import transport_for
     from buffer import RunBuffer, open_buffer_server
+    from launch.layout import engines_start_early
     from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
     from launch.run.feeder import PromptFeeder
@@ -130,7 +131,7 @@ def run(cfg: RunConfig) -> RunResult:
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
 
     _init_ray(cfg)
-    cfg = _resolve_layout(cfg)       # refusals that need the cluster; the weight transport 'auto' picks
+    cfg, gpus = _resolve_layout(cfg)       # refusals that need the cluster; the weight transport 'auto' picks
     write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
     url, server = open_buffer_server(cfg.buffer, run_path)
@@ -156,14 +157,15 @@ def run(cfg: RunConfig) -> RunResult:
                 cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size, seed=cfg.seed, reward_scorer=pool,
                 buffer_cfg=cfg.buffer, log_dir=str(run_path / "logs"), transport=actor_transport))
 
-        # A transport without membership (the object store) needs nothing of the learner's engines, so
-        # the actors build theirs while the ranks load DeepSpeed and the model (a start-up is the longer
-        # of the two, not their sum). A collective transport's members join rank 0's group as they
-        # start: they are created once the learner is up.
+        # Where they may (launch.layout.engines_start_early: the object store, no shared GPU), the actors
+        # build their engines while the ranks load DeepSpeed and the model: start-up is the longer of
+        # the two, not their sum. Otherwise (a collective transport's members join rank 0's group as
+        # they start) they are created once the learner is up.
+        early = engines_start_early(cfg, gpus, transport_has_membership=transport.upkeep_s is not None)
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
                                    model_dir=model, run_dir=run_path, transport=transport,
                                    temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed,
-                                   on_transport=start_engines if transport.upkeep_s is None else None)
+                                   on_transport=start_engines if early else None)
         cfg = _record_optimizer(cfg, learner, run_path, buffer)
         if learner.resumed_from:
             r = learner.resumed_from

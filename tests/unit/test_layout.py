@@ -11,6 +11,7 @@ from launch.config import RunConfig
 from launch.layout import (
     choose_transport,
     cluster_problems,
+    engines_start_early,
     gpus_needed,
     one_gpu_share,
     resolved_actors,
@@ -168,3 +169,10 @@ def test_explicit_choices_are_kept_and_the_backend_made_concrete():
 def test_an_actor_without_a_driver_falls_back_to_the_object_store():
     assert ActorConfig().transport_or_default().weight_transport == "ray"
     assert ActorConfig(weight_transport="collective").transport_or_default().weight_transport == "collective"
+
+
+def test_engines_start_early_only_without_membership_or_a_shared_gpu():
+    assert engines_start_early(run(), 0, transport_has_membership=False)                 # CPU, object store
+    assert not engines_start_early(run(), 0, transport_has_membership=True)              # collective
+    assert not engines_start_early(run(**ONE_GPU), 1, transport_has_membership=False)    # vLLM profiles memory
+    assert engines_start_early(run(actors={"num_gpus": 1}), 2, transport_has_membership=False)
