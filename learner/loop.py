@@ -30,7 +30,7 @@ The learner prints nothing per step: :meth:`Learner.step` returns the row and th
 Driver usage (a Ray cluster is up; the buffer server is running)::
 
     with Learner.from_url(cfg, buffer_url=url, run_id=run_id, model_dir=model_dir, run_dir=run_dir,
-                          transport=transport_for(actor_cfg, run_id), temperature=1.0,
+                          transport=transport_for(actor_cfg.transport_or_default(), run_id), temperature=1.0,
                           group_size=16) as learner:
         actors = create_generation_actors(..., transport=learner.actor_transport)
         learner.sync_actors(actor_ids, timeout_s)   # a collective transport forms its group here
