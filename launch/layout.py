@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from learner.trainer_config import LearnerConfig
 
 
+class LayoutError(ValueError):
+    """A GPU layout the Ray cluster cannot hold; the message names the fix (the CLI prints it, no traceback)."""
+
+
 @dataclass(frozen=True)
 class TransportChoice:
     """The weight transport a run uses: kind ('ray' or 'collective'), the collective backend

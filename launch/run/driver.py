@@ -59,12 +59,12 @@ def _resolve_layout(cfg: RunConfig) -> tuple[RunConfig, float]:
     which and why (launch.layout). Returns the config and the cluster's GPU count."""
     import ray
 
-    from launch.layout import choose_transport, cluster_problems, resolved_actors
+    from launch.layout import LayoutError, choose_transport, cluster_problems, resolved_actors
 
     gpus = float(ray.cluster_resources().get("GPU", 0))
     problems = cluster_problems(cfg, gpus)
     if problems:
-        raise ValueError("this GPU layout cannot run: " + "; ".join(problems))
+        raise LayoutError("this GPU layout cannot run: " + "; ".join(problems))
     choice = choose_transport(cfg, gpus)
     print(choice.line(), flush=True)
     return cfg.model_copy(update={"actors": resolved_actors(cfg, choice)}), gpus
