@@ -34,7 +34,7 @@ class CollectiveConfig(BaseModel):
                              "a live actor would look dead between two heartbeats")
         return self
 
-from actors.placement import CustomResources
+from actors.cluster.placement import CustomResources
 
 
 class ActorConfig(BaseModel):
@@ -82,7 +82,7 @@ class ActorConfig(BaseModel):
         if self.weight_transport != "auto":
             return self
         return self.model_copy(update={"weight_transport": "ray"})
-    # --- placement on a cluster (actors.placement) ---
+    # --- placement on a cluster (actors.cluster.placement) ---
     resources: CustomResources = Field(
         default_factory=dict, description="Custom Ray resources each actor needs, e.g. {\"gen\": 1}: actors "
         "go only to nodes started with them (`ray start --resources '{\"gen\": 2}'`). {} = any node. "

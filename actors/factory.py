@@ -6,9 +6,9 @@ from typing import Any
 
 import ray
 
-from actors import placement
 from actors.config import ActorConfig
 from actors.generation import GenerationActor
+from actors.cluster import placement
 
 
 def actor_name(run_id: str, index: int) -> str:
@@ -22,8 +22,8 @@ def create_generation_actors(cfg: ActorConfig, run_id: str, redis_url: str, mode
     """Actors are named (findable from a notebook or a fault test) and restarted by Ray on a crash;
     `run` is retried after a restart, so a restarted actor rejoins the loop by itself (Ray passes
     the same arguments again: ``transport``, the learner's ``actor_transport``, reaches it too).
-    ``model_dir``: a path, or an ``actors.model_source.ModelSource`` (each actor resolves it on its
-    node). Placement (``actors.placement``): ``cfg.resources`` and, on a cluster, off the driver's node."""
+    ``model_dir``: a path, or a ``actors.cluster.model_source.ModelSource`` (each actor resolves it on its
+    node). Placement (``actors.cluster.placement``): ``cfg.resources`` and, on a cluster, off the driver's node."""
     where = placement.actor_options(cfg.resources, cfg.avoid_driver_node)
     handles = []
     for i in range(cfg.num_actors if count is None else count):
@@ -50,7 +50,7 @@ def fan_out(actors: list[ray.actor.ActorHandle], method: str, *args: Any, timeou
 
 def wait_started(actors: list[ray.actor.ActorHandle], cfg: ActorConfig, run_id: str, log=print) -> dict[str, dict]:
     """Block until every actor's constructor finished (engine built, model loaded); actor name ->
-    where it runs (``actors.placement.locate``). Says every minute what a still unplaced actor
+    where it runs (``actors.cluster.placement.locate``). Says every minute what a still unplaced actor
     needs; raises naming the actor when one failed to start (e.g. its model is not reachable)."""
     refs = {actor_name(run_id, i): placement.where_ref(a) for i, a in enumerate(actors)}
     selector = placement.off_driver_selector(cfg.avoid_driver_node)

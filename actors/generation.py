@@ -69,13 +69,13 @@ class GenerationActorImpl:
     def __init__(self, actor_id: str, run_id: str, redis_url: str, model_dir, cfg: ActorConfig, *,
                  group_size: int, seed: int = 0, reward_scorer=None, transport=None, buffer_cfg=None,
                  log_dir: str | None = None):
-        """``model_dir``: a path or an ``actors.model_source.ModelSource`` (resolved on this node);
+        """``model_dir``: a path or a ``actors.cluster.model_source.ModelSource`` (resolved on this node);
         ``log_dir``: where the engine logs (``<run>/logs``; None: this process's stdout)."""
         from actors.engine import build_llm
-        from actors.model_source import resolve_model_dir
-        from actors.priority import warn_if_niced
         from actors.transport import transport_for
         from buffer import RunBuffer
+        from actors.cluster.model_source import resolve_model_dir
+        from actors.cluster.priority import warn_if_niced
 
         self.actor_id, self.cfg = actor_id, cfg
         warn_if_niced(f"generation actor {actor_id}")

@@ -3,7 +3,7 @@
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/actor_throughput.py
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/actor_throughput.py --prompts 256 --group-size 16 --repeats 5
 
-Both sides use the tiny world's model (``launch.tiny.build.ensure_tiny_world``, cached under
+Both sides use the tiny world's model (``launch.worlds.tiny.build.ensure_tiny_world``, cached under
 .cache), the same prompts ("Q: a+b\\nA: ") and the same sampling settings: n = group size,
 temperature 1, top_p 1, ``max_tokens``, ``logprobs=0`` (the sampled token's log-prob is captured).
 
@@ -177,11 +177,11 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from actors.config import ActorConfig
-    from actors.priority import SYSTEM_CONFIG
     from actors.factory import create_generation_actors, fan_out, start_loops
     from buffer import EmbeddedRedis, RunBuffer
-    from launch.tiny.build import ensure_tiny_world
-    from launch.tiny.task import read_problems
+    from actors.cluster.priority import SYSTEM_CONFIG
+    from launch.worlds.tiny.build import ensure_tiny_world
+    from launch.worlds.tiny.task import read_problems
 
     variants = [v.strip() for v in args.scoring.split(",") if v.strip()]
     unknown = set(variants) - {"inline", "none"}

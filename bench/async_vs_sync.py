@@ -74,9 +74,9 @@ def main() -> None:
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="async-vs-sync-"))
     cfgs = configs(args.steps, run_dir, time.strftime("avs-%H%M%S"), extra)
 
-    from launch.run.driver import _init_ray, run
+    from launch.run.driver import init_ray, run
 
-    _init_ray(cfgs["sync"])
+    init_ray(cfgs["sync"])
     out = {}
     for mode in args.order:
         print(f"[bench] === {mode} ({MODES[mode]}): {args.steps} steps ===", flush=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -48,7 +47,7 @@ def model_dir(args: argparse.Namespace, tmp: str) -> tuple[str, int]:
     if not args.hidden:
         import json
 
-        from launch.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.build import ensure_tiny_world
         d = ensure_tiny_world().model_dir
         return str(d), json.loads((d / "config.json").read_text())["vocab_size"]
     import torch
@@ -69,18 +68,12 @@ def main() -> None:
     import torch
     if args.threads:
         torch.set_num_threads(args.threads)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # no LOCAL_SIZE: it would make DeepSpeed map a /dev/shm workspace it never unlinks
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    os.environ.pop("LOCAL_SIZE", None)
-    from learner.distributed import init_distributed
-    init_distributed(args.device)
+    from learner.deepspeed_kit import build_engine, init_distributed, load_hf_model
+
+    init_distributed(args.device)                 # one rank on a free loopback port
     from learner.batching import Row, collate, plan_update
     from learner.config import BatchConfig
-    from learner.engine import RankEngine, _load_hf_model
-    from learner.optimizer import initialize_engine
+    from learner.engine import RankEngine
     from learner.trainer_config import LearnerConfig
 
     tmp = tempfile.mkdtemp(prefix="lagrl-bench-")
@@ -88,8 +81,8 @@ def main() -> None:
     cfg = LearnerConfig(lr=1e-5, batch=BatchConfig(rollout_batch=1, mini_batch=1), device=args.device,
                         micro_batch_tokens=args.micro_batch_tokens)
     ours = RankEngine(cfg, mdir, 0, 1, args.device, group_size=args.rows)   # one group of all rows
-    bare_model = _load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False)
-    bare, *_ = initialize_engine(bare_model, cfg, ours.ds_config, args.device)   # the same optimizer as ours
+    bare_model = load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False)
+    bare, *_ = build_engine(bare_model, cfg, ours.ds_config, args.device)   # the same optimizer as ours
 
     rng = np.random.default_rng(0)
     rows = [Row(prompt_ids=rng.integers(2, vocab, args.prompt_len).astype(np.int32),

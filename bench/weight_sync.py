@@ -75,7 +75,7 @@ def weight_set(name: str, device: str):
     if name == "tiny":
         from transformers import AutoModelForCausalLM
 
-        from launch.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.build import ensure_tiny_world
         model = AutoModelForCausalLM.from_pretrained(ensure_tiny_world().model_dir, dtype=torch.float32)
         return [(n, p.detach().to(device)) for n, p in model.named_parameters()]
     q = QWEN25_15B
@@ -200,8 +200,8 @@ def measure_collective(params, args, ctx) -> tuple[list[float], int, list[float]
 def measure_object_store(params, args) -> list[float]:
     import ray
 
-    from actors.priority import SYSTEM_CONFIG
     from actors.transport.object_store import RayObjectStoreTransport
+    from actors.cluster.priority import SYSTEM_CONFIG
 
     @ray.remote(num_cpus=0)
     class Fetcher:

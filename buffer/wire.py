@@ -86,7 +86,7 @@ class GatherConnection(redis.Connection):
         if check_health:
             self.check_health()
         try:
-            _send_all(self._sock, command)
+            send_all(self._sock, command)
         except socket.timeout:            # the errors and their mapping are redis-py's, so the
             self.disconnect()             # client's retry policy sees what it always sees
             raise TimeoutError("Timeout writing to socket")
@@ -99,7 +99,7 @@ class GatherConnection(redis.Connection):
             raise
 
 
-def _send_all(sock: socket.socket, buffers: list) -> None:
+def send_all(sock: socket.socket, buffers: list) -> None:
     """``sendall`` for a list of buffers: repeat ``sendmsg`` until every byte is written."""
     pending = buffers
     while pending:

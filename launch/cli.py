@@ -1,6 +1,7 @@
 """Command line shared by the entry scripts: preset -> world -> overrides -> print/save -> run.
 
-Worlds: --tiny, --shapes, --reasoning (one at most).
+Worlds (launch.worlds, one at most): --world NAME, or its alias --NAME (--tiny, --reasoning, --shapes, --code).
+Trackers: --tracking tensorboard,wandb,mlflow (or none); default TensorBoard into <run>/tb/.
 
 Heavy modules (Ray, vLLM, DeepSpeed) are imported only after the config is resolved, so
 `--help`, `--print-config` and config errors are instant.
@@ -22,37 +23,43 @@ Environment: RAY_ADDRESS (join a cluster; set by `ray job submit`), REDIS_URL (e
 def build_config(argv: list[str], default_preset: str):
     from launch.install_check import require_own_packages
     from launch.overrides import ConfigError, apply_overrides, split_overrides
-    from launch.presets import PRESETS, get_preset, scale_to_tiny
+    from launch.presets import PRESETS, get_preset
+    from launch.worlds import WORLDS, scale_to_world
 
     ap = argparse.ArgumentParser(description=f"lagrl run (default preset: {default_preset})",
                                  epilog=HELP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default=default_preset, choices=sorted(PRESETS), metavar="NAME",
                     help=f"named preset; one of: {', '.join(sorted(PRESETS))}")
-    ap.add_argument("--tiny", action="store_true", help="scale to the tiny CPU world (same ratios)")
-    ap.add_argument("--shapes", action="store_true", help="real-size shapes on CPU: Qwen2.5-0.5B architecture with "
-                    "random weights, 512-token responses, 3 measured steps (launch/shapes)")
-    ap.add_argument("--reasoning", action="store_true", help="the reasoning CPU world: written-out running sums, "
-                    "64 -> 128 -> 256-token budgets, truncation and overlong shaping bite (launch/reasoning)")
+    ap.add_argument("--world", dest="worlds", action="append", choices=sorted(WORLDS), default=[],
+                    help="scale the preset to this CPU world (launch/worlds)")
+    for name, world in WORLDS.items():
+        ap.add_argument(f"--{name}", dest="worlds", action="append_const", const=name, help=world.help)
+    ap.add_argument("--tracking", metavar="LIST", default=None,
+                    help="experiment trackers, any of tensorboard,wandb,mlflow (comma-separated) or none; "
+                    "default tensorboard into <run>/tb/ (launch.run.tracking)")
     ap.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args, rest = ap.parse_known_args(argv)
     require_own_packages()
     try:
         cfg = get_preset(args.preset)
-        worlds = [f"--{w}" for w in ("tiny", "shapes", "reasoning") if getattr(args, w)]
+        worlds = sorted(set(args.worlds))
         if len(worlds) > 1:
-            raise ValueError(f"{' and '.join(worlds)} are different worlds: pick one")
-        if args.tiny:
-            cfg = scale_to_tiny(cfg)
-        if args.shapes:
-            from launch.shapes.preset import scale_to_shapes
-            cfg = scale_to_shapes(cfg)
-        if args.reasoning:
-            from launch.reasoning.preset import scale_to_reasoning
-            cfg = scale_to_reasoning(cfg)
-        cfg = apply_overrides(cfg, split_overrides(rest))
+            raise ValueError(f"{' and '.join('--' + w for w in worlds)} are different worlds: pick one")
+        if worlds:
+            cfg = scale_to_world(cfg, worlds[0])
+        tracking = [] if args.tracking is None else [("tracking.backends", _backends_json(args.tracking))]
+        cfg = apply_overrides(cfg, tracking + split_overrides(rest))
     except (ConfigError, ValueError, KeyError) as exc:
         ap.exit(2, f"error: {exc}\n")
     return cfg, args.print_config
+
+
+def _backends_json(text: str) -> str:
+    """``tensorboard,wandb`` -> ``["tensorboard", "wandb"]``; ``none`` -> ``[]``."""
+    import json
+
+    names = [] if text.strip().lower() in ("", "none") else [n.strip() for n in text.split(",")]
+    return json.dumps(names)
 
 
 def config_line(cfg) -> str:
@@ -62,16 +69,13 @@ def config_line(cfg) -> str:
     clip = f"{lc.loss.eps_low:g}/{lc.loss.eps_high:g}"
     advantages = (f"PRIME (PRM lr {lc.prime.prm_lr:g}, filter [{lc.prime.filter_low:g}, {lc.prime.filter_high:g}])"
                   if lc.prime is not None else lc.advantage.estimator)
-    return (f"[config] {cfg.preset}{_world(cfg)}: {lc.mode}, D_R {b.rollout_batch} D_T {b.mini_batch} "
+    world = f" ({cfg.world})" if cfg.world else ""
+    return (f"[config] {cfg.preset}{world}: {lc.mode}, D_R {b.rollout_batch} D_T {b.mini_batch} "
             f"N_reuse {b.n_reuse} (N_SGD {b.n_sgd}), max_lag {lc.max_lag}, gs {cfg.group_size}, tau {cfg.temperature:g}, "
             f"budget {stages} tokens, advantages {advantages}, clip {clip}, entropy {lc.entropy.type}, lr {lc.lr:g}, "
             f"{cfg.steps} steps, "
             f"{cfg.actors.num_actors} actor(s), {lc.num_ranks} learner rank(s); "
             f"full config: {cfg.path}/config.json")
-
-
-def _world(cfg) -> str:
-    return next((f" ({w})" for w in ("tiny", "shapes", "reasoning") if getattr(cfg, w)), "")
 
 
 def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> None:

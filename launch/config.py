@@ -5,15 +5,17 @@
     ├── actors:  actors.config.ActorConfig         (vLLM engines, sampling)
     ├── rewards: rewards.config.RewardConfig       (verifiers, sandbox, worker pool)
     ├── learner: learner.trainer_config.LearnerConfig (mode, batches, loss, entropy, DeepSpeed)
-    └── data:    DataConfig                        (model, datasets, stages = response budgets, evaluation)
+    ├── data:    DataConfig                        (model, datasets, stages = response budgets, evaluation)
+    └── tracking: launch.run.tracking.TrackingConfig (TensorBoard / W&B / MLflow; `--tracking a,b`)
 
 Settings that several components must agree on live once, at the top: the sampling
 temperature (actors sample at it, the learner divides its logits by it), the group size, the
 seed and the per-stage response budget (``data.stages``). The driver hands them down (prompts carry
 them to the actors; the learner gets them as arguments), so no component holds a copy.
 
-Presets (launch/presets.py) build these objects in Python; `--section.field value` overrides
-any field; the resolved config is printed and saved as JSON in the run directory at start.
+Presets (launch/presets.py) build these objects in Python, a world (launch/worlds/) scales them to
+a CPU machine; `--section.field value` overrides any field; the resolved config is printed and saved
+as JSON in the run directory at start.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from actors.config import ActorConfig
 from buffer.config import BufferConfig
+from launch.worlds import WorldName
+from launch.run.tracking import TrackingConfig
 from learner.trainer_config import LearnerConfig
 from rewards.config import RewardConfig
 
@@ -42,15 +46,24 @@ class StageConfig(BaseModel):
 class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model_dir: str | None = Field(None, description="Hugging Face model directory (None with --tiny / --reasoning: "
-                                  "that world's model).")
+    model_dir: str | None = Field(None, description="Hugging Face model directory (None in a world: the world's "
+                                  "model).")
     model_source: Literal["auto", "shared", "object_store"] = Field(
-        "auto", description="How actors and learner ranks get model_dir (actors.model_source): 'shared' = the "
+        "auto", description="How actors and learner ranks get model_dir (actors.cluster.model_source): 'shared' = the "
         "path is on every node; 'object_store' = the driver sends it through Ray and each node caches it "
         "locally; 'auto' = object_store on a cluster of several nodes, shared on one.")
-    train_path: str | None = Field(None, description="JSONL/parquet of math problems (fields: problem, answer[, id, data_source]).")
+    train_path: str | None = Field(None, description="JSONL/parquet of problems: flat (problem, answer[, id, "
+                                   "data_source]) or the verl layout (see format).")
     eval_path: str | None = Field(None, description="Held-out JSONL/parquet for avg@n evaluation.")
-    prompt_key: str = Field("problem", description="Field holding the problem text.")
+    format: Literal["auto", "flat", "verl"] = Field(
+        "auto", description="Dataset rows: 'flat' = prompt_key/answer_key fields; 'verl' = the verl layout "
+        "(data_source, prompt as chat messages, ability, reward_model.ground_truth, extra_info; "
+        "rewards.verl_format); 'auto' = verl when the first row has a chat-message prompt and reward_model.")
+    bad_rows: Literal["fail", "skip"] = Field(
+        "fail", description="A row that cannot be scored (verl layout: no user message, code tests the "
+        "sandbox cannot run, ...): 'fail' stops at load naming the rows; 'skip' trains on the others and "
+        "prints the rejected rows with their reasons.")
+    prompt_key: str = Field("problem", description="Field holding the problem text (flat rows).")
     answer_key: str = Field("answer", description="Field holding the gold answer.")
     chat_template: bool = Field(True, description="Wrap problems in the tokenizer's chat template when it has one.")
     stages: list[StageConfig] = Field(default_factory=lambda: [StageConfig(max_tokens=16384)],
@@ -91,11 +104,9 @@ class RunConfig(BaseModel):
     steps: int = Field(100, ge=1, description="Learner steps to run.")
     seed: int = Field(0, ge=0, description="The run's one seed: the prompt order, each actor's sampling "
                       "(seed + actor index), the learner's mini-batch shuffles and torch on its ranks.")
-    tiny: bool = Field(False, description="Use the tiny CPU world (built and cached on first use).")
-    shapes: bool = Field(False, description="Use the shapes world: Qwen2.5-0.5B shapes with random weights, "
-                         "512-token responses, a few measured CPU steps (launch.shapes).")
-    reasoning: bool = Field(False, description="Use the reasoning CPU world: running sums written out line by "
-                            "line, 64 -> 128 -> 256-token budgets (launch.reasoning; built and cached on first use).")
+    world: WorldName | None = Field(None, description="The CPU world this config was scaled to (launch.worlds: "
+                                    "its model, data and prompt template, built and cached on first use); None = "
+                                    "data.model_dir and data.train_path.")
     temperature: float = Field(1.0, gt=0.0, le=2.0, description="Sampling temperature τ (Skywork-OR1: 1.0, "
                                "ablation 0.6): the actors sample at it and the learner divides its logits by it.")
     group_size: int = Field(16, ge=2, description="gs: responses sampled per prompt (16 in the paper; >= 2 "
@@ -106,6 +117,7 @@ class RunConfig(BaseModel):
     rewards: RewardConfig = Field(default_factory=RewardConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     data: DataConfig = Field(default_factory=DataConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -123,13 +135,6 @@ class RunConfig(BaseModel):
         problems = config_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
-        return self
-
-    @model_validator(mode="after")
-    def _one_world(self) -> RunConfig:
-        worlds = [name for name in ("tiny", "shapes", "reasoning") if getattr(self, name)]
-        if len(worlds) > 1:
-            raise ValueError(f"{' and '.join(worlds)} are different worlds: pick one")
         return self
 
     @property

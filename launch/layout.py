@@ -22,19 +22,27 @@ Two kinds of checks, each naming the fix:
 - learner and engines on GPUs of their own: ``collective`` over NCCL;
 - one side on CPU, the other on GPU: ``collective`` over gloo (NCCL needs CUDA on every member).
 
-Pure functions over the configs (no Ray import): unit-tested without a cluster.
+Pure functions over the configs (no Ray import): unit-tested without a cluster. They read a run's
+``learner`` and ``actors`` only (:class:`Placement`, which ``RunConfig`` is), so this module does not
+import ``launch.config``, whose validator calls :func:`config_problems`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from actors.config import ActorConfig
-    from launch.config import RunConfig
     from learner.trainer_config import LearnerConfig
+
+
+class Placement(Protocol):
+    """What the layout reads of a run's config (``launch.config.RunConfig`` is one)."""
+
+    learner: LearnerConfig
+    actors: ActorConfig
 
 
 class LayoutError(ValueError):
@@ -77,7 +85,7 @@ def _share_desc(learner: LearnerConfig, actors: ActorConfig) -> str:
     return f"learner.gpus_per_rank {learner.gpus_per_rank:g}, actors.num_gpus {actors.num_gpus:g}"
 
 
-def config_problems(cfg: RunConfig) -> list[str]:
+def config_problems(cfg: Placement) -> list[str]:
     """Refusals that need both the learner's and the actors' settings (the config alone). A learner
     left at device 'auto' is judged as if on CUDA wherever that is what would break."""
     learner, actors = cfg.learner, cfg.actors
@@ -119,7 +127,7 @@ def one_gpu_fix(num_actors: int) -> str:
             f"{share:g} (learner.num_ranks 1)")
 
 
-def cluster_problems(cfg: RunConfig, cluster_gpus: float) -> list[str]:
+def cluster_problems(cfg: Placement, cluster_gpus: float) -> list[str]:
     """Refusals that need the Ray cluster's GPU count (the driver, before actors start)."""
     learner, actors = cfg.learner, cfg.actors
     device = learner_device(learner, cluster_gpus)
@@ -147,7 +155,7 @@ def nccl_fits(learner: LearnerConfig, actors: ActorConfig, device: str) -> bool:
     return device == "cuda" and engines_on_gpu(actors) and not shares_gpu(learner, actors, device)
 
 
-def choose_transport(cfg: RunConfig, cluster_gpus: float) -> TransportChoice:
+def choose_transport(cfg: Placement, cluster_gpus: float) -> TransportChoice:
     """The transport and collective backend for this placement (``auto`` resolved; an explicit
     kind kept, with its backend made concrete)."""
     learner, actors = cfg.learner, cfg.actors
@@ -175,7 +183,7 @@ def choose_transport(cfg: RunConfig, cluster_gpus: float) -> TransportChoice:
     return TransportChoice("collective", backend, f"auto: {where}")
 
 
-def engines_start_early(cfg: RunConfig, cluster_gpus: float, transport_has_membership: bool) -> bool:
+def engines_start_early(cfg: Placement, cluster_gpus: float, transport_has_membership: bool) -> bool:
     """Whether the engines may build while the learner ranks set up: the transport keeps no membership
     (the object store: an actor needs nothing of the learner's engines) and no GPU is shared (vLLM
     sizes its KV cache from the free memory it measures, which the learner's model load would change
@@ -184,7 +192,7 @@ def engines_start_early(cfg: RunConfig, cluster_gpus: float, transport_has_membe
     return not transport_has_membership and not shares_gpu(cfg.learner, cfg.actors, device)
 
 
-def resolved_actors(cfg: RunConfig, choice: TransportChoice) -> ActorConfig:
+def resolved_actors(cfg: Placement, choice: TransportChoice) -> ActorConfig:
     """``cfg.actors`` with the chosen transport (and backend) written in, as actors and config.json get it."""
     update: dict = {"weight_transport": choice.kind}
     if choice.backend is not None:

@@ -37,7 +37,7 @@ def split_overrides(argv: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _parse_value(text: str) -> Any:
+def parse_value(text: str) -> Any:
     """JSON when it parses (numbers, true/false, null, lists, maps), else the raw string."""
     try:
         return json.loads(text)
@@ -68,7 +68,7 @@ def apply_overrides(config: M, pairs: list[tuple[str, str]]) -> M:
             close = difflib.get_close_matches(key, valid, n=3)
             hint = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
             raise ConfigError(f"unknown config key --{key}{hint}")
-        node[parts[-1]] = _parse_value(raw)
+        node[parts[-1]] = parse_value(raw)
     try:
         return type(config).model_validate(data)
     except ValidationError as exc:

@@ -6,10 +6,11 @@
 - vLLM's inspection of the model class the CPU worlds use (``Qwen2ForCausalLM``): on its first use
   an engine runs it in a subprocess that imports vLLM (10-20 s on 2 cores) and caches the answer in
   ``$VLLM_CACHE_ROOT/modelinfos`` (default ``~/.cache/vllm``) keyed by the model file's hash;
-- the tiny world (``launch.tiny.build``, into ``$LAGRL_CACHE``), which ``--tiny`` and the tests use.
+- the worlds of :data:`SETUP_WORLDS` (the tiny world, which ``--tiny`` and the tests use), built
+  through the world registry (``launch.worlds``) into ``$LAGRL_CACHE``.
 
 Nothing here compiles an op: DeepSpeed's CPU shared-memory comm op is never built
-(``learner.distributed``), nor is FusedAdam (``learner.optimizer``).
+(``learner.deepspeed_kit.init_distributed``), nor is FusedAdam (``learner.optimizer``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import os
 import time
 from pathlib import Path
 
-from launch.world_cache import REPO_ROOT
+from launch.worlds import entry, load
+from launch.worlds.cache import REPO_ROOT
 
+SETUP_WORLDS = ("tiny",)      # names in launch.worlds.WORLDS; the others are built on first use
 PACKAGES = ("actors", "buffer", "launch", "learner", "rewards", "bench", "tests")
 MODEL_ARCHS = {"Qwen2ForCausalLM": "vllm.model_executor.models.qwen2"}
 
@@ -79,10 +82,9 @@ def main() -> None:
         if not model_info_cached(arch, module):
             warm_model_info(arch)
             done.append(f"vLLM model info {arch}")
-    from launch.tiny.build import ensure_tiny_world
-
-    world = ensure_tiny_world(log=lambda line: print(line, flush=True))
-    print(f"[prepare] ok in {time.monotonic() - t0:.0f} s: {', '.join(done)}; tiny world {world.root}", flush=True)
+    worlds = [f"{name} world {load(entry(name).build)(log=lambda line: print(line, flush=True)).root}"
+              for name in SETUP_WORLDS]
+    print(f"[prepare] ok in {time.monotonic() - t0:.0f} s: {', '.join(done + worlds)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Named presets: the paper's settings (DESIGN.md §5) as plain Python objects.
 
 Every preset is the baseline with a few fields changed, so a diff between two presets is the
-ablation. `scale_to_tiny` shrinks any preset to the CPU world while keeping what the ablation
-is about: N_reuse, D_R/D_T (hence N_SGD), the group size, the clip range, the entropy rule and
-the mode. The Sky-T1 recipe's RL stages (another system, not Skywork ablations) live in
-``launch.presets_skyt1`` and are registered here.
+ablation. Each CPU world scales any preset down (``launch.worlds``: ``--tiny``, ``--reasoning``,
+``--shapes``) keeping what the ablation is about: N_reuse, D_R/D_T (hence N_SGD), the clip range, the
+entropy rule and the mode. The Sky-T1 recipe's RL stages (another system, not Skywork ablations) live
+in ``launch.skyt1.presets`` and are registered here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Callable
 
 from actors.config import ActorConfig
 from launch.config import DataConfig, RunConfig, StageConfig
-from launch.presets_skyt1 import SKYT1_PRESETS
+from launch.skyt1.presets import SKYT1_PRESETS
 from learner.config import AdaptiveEntropy, BatchConfig, FixedEntropy, NoEntropy, PolicyLossConfig
 from learner.trainer_config import LearnerConfig
 
@@ -102,9 +102,18 @@ def multistage() -> RunConfig:
     return cfg.model_copy(update={"preset": "multistage", "data": data, "actors": actors})
 
 
+def mixed_math_code() -> RunConfig:
+    """Math and code problems in one run, as Skywork-OR1 trains: the baseline, with a code answer
+    rewarded 1 only when every test passes (binary like math, so the two kinds share one reward scale).
+    The data mixes both (a verl-layout set whose data_source picks the reward; ``--code``: the code world)."""
+    cfg = baseline()
+    rewards = cfg.rewards.model_copy(update={"code_all_or_nothing": True})
+    return cfg.model_copy(update={"preset": "mixed_math_code", "rewards": rewards})
+
+
 PRESETS: dict[str, Callable[[], RunConfig]] = {
     "baseline": baseline, "onpolicy": onpolicy, "offpolicy_reuse4": offpolicy_reuse4,
-    "offpolicy_guarded": offpolicy_guarded, "multistage": multistage,
+    "offpolicy_guarded": offpolicy_guarded, "multistage": multistage, "mixed_math_code": mixed_math_code,
     **{f"reuse{n}_dr{r}_dt{t}": reuse(n, r, t) for n, r, t in
        [(1, 64, 64), (1, 64, 16), (2, 64, 32), (2, 64, 64), (4, 64, 16), (4, 64, 64), (1, 32, 32), (1, 16, 16),
         (4, 256, 64)]},
@@ -121,59 +130,3 @@ def get_preset(name: str) -> RunConfig:
         raise KeyError(f"unknown preset {name!r}; choose from: {', '.join(sorted(PRESETS))}")
     return PRESETS[name]()
 
-
-# The tiny CPU world: 16 tokens per response, ~0.5M-parameter model, 2 cores.
-TINY_ROLLOUT_UNIT = 32         # D_R 64 -> 32 (and D_T scaled by the same factor)
-TINY_LR = {"grpo": 5e-4, "rloo": 2e-4}   # policy lr by advantage estimator (measured, see scale_to_tiny)
-TINY_PRM_LR = 1e-4             # PRIME's PRM in the tiny world (measured, see scale_to_tiny)
-TINY_PRIME_LR = 1e-5           # the policy under PRIME in the tiny world (measured, see scale_to_tiny)
-
-
-def scale_batch(batch: BatchConfig, rollout_unit: int) -> BatchConfig:
-    """D_R down to ``rollout_unit`` and D_T by the same factor: D_R/D_T, N_reuse and N_SGD are kept."""
-    factor = max(batch.rollout_batch // rollout_unit, 1)
-    if batch.mini_batch % factor:
-        raise ValueError(f"cannot scale D_T={batch.mini_batch} by 1/{factor} keeping the ratio")
-    return batch.model_copy(update=dict(rollout_batch=batch.rollout_batch // factor,
-                                        mini_batch=batch.mini_batch // factor))
-
-
-def scale_to_tiny(cfg: RunConfig) -> RunConfig:
-    """Shrink batches to D_R 32 keeping D_R/D_T, N_reuse and the group size (the rollouts per prompt
-    are part of a recipe: Skywork's 16, Sky-T1's 4 and 8); tiny model, short responses, CPU engines.
-
-    lr 5e-4 / sqrt(N_SGD) (RLOO: 2e-4) with a 10-update warm-up. Without the warm-up Adam's first step
-    (m/sqrt(v) ~ sign(g)) moves every weight by the full lr and the tiny policy loses most of its
-    accuracy before RL can help; without the 1/sqrt(N_SGD) a 0.5M-parameter model taking 16
-    updates per step collapses (measured: reuse-4 at 5e-4 falls from 0.28 to 0.09 avg@4, at 1e-4
-    it climbs to 0.52). The paper keeps lr fixed across ablations: pass --learner.lr to do so.
-
-    RLOO (skyt1_rloo, 8 rollouts, no filtering), 60 steps, held-out avg@4 every 10: at 5e-4 it rose to
-    0.32 and fell back to 0.20-0.25, at 1e-3 it collapsed to 0.05, at 2e-4 it rose steadily 0.25 -> 0.37.
-    PRIME: the PRM gets lr 1e-4 and the policy 1e-5 (``TINY_PRM_LR``, ``TINY_PRIME_LR``, both measured), not
-    PRIME's 1:2. Trained offline on a fixed tiny policy's rollouts (4 per prompt, PRIME's filter), the PRM's
-    held-out pairwise accuracy over 30 batches stayed at 0.41-0.51 at lr 1e-3 and 3e-4 (each update flattens
-    what it saw, so rare wrong answers gain on the right ones) and at 0.58-0.68 at 3e-5 to 2e-4. In a run,
-    the policy follows the process rewards to exactly those rare wrong answers: at a policy lr of 5e-4
-    held-out avg@4 fell 0.275 -> 0.081 in 10 steps, at 5e-5 (PRIME's ratio) the PRM's held-out pairwise
-    accuracy fell below chance after ~8 steps (0.2-0.4) and avg@4 0.27 -> 0.21; at 1e-5 the PRM stays
-    ahead (pairwise 0.58-0.60 over 10 steps, two runs) while the policy barely moves."""
-    tiny_batch = scale_batch(cfg.learner.batch, TINY_ROLLOUT_UNIT)
-    learner = cfg.learner.model_dump()
-    tiny_lr = TINY_LR[cfg.learner.advantage.estimator] / tiny_batch.n_sgd ** 0.5
-    learner.update(batch=tiny_batch.model_dump(), lr=tiny_lr, warmup_steps=10,
-                   weight_decay=0.0, micro_batch_tokens=4096, checkpoint_every=5, num_ranks=1, zero_stage=0,
-                   block_ms=200)
-    if cfg.learner.prime is not None:
-        learner.update(lr=TINY_PRIME_LR / tiny_batch.n_sgd ** 0.5)
-        learner["prime"]["prm_lr"] = TINY_PRM_LR
-    actors = cfg.actors.model_copy(update=dict(
-        num_actors=1, max_model_len=128, max_prompts_in_flight=2 * tiny_batch.rollout_batch, enforce_eager=True,
-        num_gpus=0.0, dtype="float32"))
-    stages = [StageConfig(max_tokens=max(4, s.max_tokens // 1024), steps=s.steps and max(s.steps // 20, 1))
-              for s in cfg.data.stages]
-    data = cfg.data.model_copy(update=dict(stages=stages, eval_n=4, eval_every=10, eval_max_problems=256,
-                                              chat_template=False))
-    return RunConfig.model_validate({**cfg.model_dump(), "tiny": True, "steps": min(cfg.steps, 40),
-                                     "actors": actors.model_dump(),
-                                     "learner": learner, "data": data.model_dump()})

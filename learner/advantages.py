@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from learner.config import AdvantageConfig
+from learner.masked import masked_count, masked_mean, masked_var
 from learner.rloo import leave_one_out
 
 
@@ -72,14 +73,12 @@ def group_normalize(rewards: Tensor, stats_mask: Tensor, eps: float = 1e-6) -> t
     computed for every response (also those outside S); callers zero the masked ones.
     Returns (advantages (G, N), degenerate (G,)).
     """
-    s = stats_mask.to(rewards.dtype)                                   # (G, N)
-    n = s.sum(dim=1, keepdim=True)                                     # (G, 1)
-    mean = (rewards * s).sum(dim=1, keepdim=True) / n.clamp(min=1)
-    var = ((rewards - mean).square() * s).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)
+    mean = masked_mean(rewards, stats_mask, dim=1, keepdim=True)       # (G, 1)
+    var = masked_var(rewards, stats_mask, dim=1, keepdim=True)         # (G, 1)
     adv = (rewards - mean) / (var.sqrt() + eps)                        # (G, N)
     hi = rewards.masked_fill(~stats_mask, float("-inf")).amax(dim=1)
     lo = rewards.masked_fill(~stats_mask, float("inf")).amin(dim=1)
-    degenerate = (n.squeeze(1) < 2) | (hi == lo)                       # (G,)
+    degenerate = (masked_count(stats_mask, dim=1) < 2) | (hi == lo)    # (G,)
     return adv.masked_fill(degenerate.unsqueeze(1), 0.0), degenerate
 
 
@@ -149,17 +148,16 @@ def compute_advantages(
     masked_before_rejection = (present & ~loss_mask).sum()
     loss_mask = loss_mask & keep_groups.unsqueeze(1)
 
-    n_present = present.sum().clamp(min=1)
     metrics = {
         "advantage/groups": float(truncated.shape[0]),
         "advantage/zero_groups": float(zero_groups.sum()),
         "advantage/rejected_groups": float((~keep_groups).sum()),
         "advantage/masked_responses": float(masked_before_rejection),
-        "advantage/abs_mean": float(adv.abs().sum() / loss_mask.sum().clamp(min=1)),
-        "reward/mean": float((base * present).sum() / n_present),
-        "reward/shaped_mean": float((rewards * present).sum() / n_present),
-        "reward/overlong_penalty_mean": float((penalty * present).sum() / n_present),
-        "response/truncated_frac": float((truncated & present).sum() / n_present),
+        "advantage/abs_mean": float(masked_mean(adv.abs(), loss_mask)),
+        "reward/mean": float(masked_mean(base, present)),
+        "reward/shaped_mean": float(masked_mean(rewards, present)),
+        "reward/overlong_penalty_mean": float(masked_mean(penalty, present)),
+        "response/truncated_frac": float(masked_mean(truncated, present)),
     }
     return AdvantageResult(adv, loss_mask, keep_groups, zero_groups, rewards, metrics)
 

@@ -62,6 +62,7 @@ import torch
 from torch import Tensor
 
 from learner.config import CorrectionConfig, DecoupledPPO, MaskedIS, TruncatedIS
+from learner.masked import masked_mean
 
 _MAX_LOG_RATIO = 20.0  # same guard as learner.loss: exp(20) ~ 5e8, never inf
 
@@ -130,8 +131,8 @@ def behaviour_mismatch_metrics(
     with torch.no_grad():
         mask = mask.bool()
         denom = torch.as_tensor(total_tokens, dtype=torch.float64, device=log_k.device).clamp(min=1)
-        k3 = torch.where(mask, log_k.exp() - 1 - log_k, 0.0).sum() / denom
-        k1 = torch.where(mask, -log_k, 0.0).sum() / denom
+        k3 = masked_mean(log_k.exp() - 1 - log_k, mask, count=denom)
+        k1 = masked_mean(-log_k, mask, count=denom)
         k3, k1 = torch.stack([k3, k1]).tolist()
     return {"mismatch/behaviour_kl_k3": k3, "mismatch/behaviour_kl_k1": k1}
 
@@ -146,12 +147,12 @@ def correction_metrics(
         denom = torch.as_tensor(total_tokens, dtype=torch.float64, device=k.device).clamp(min=1)
         empty = not bool(mask.any())
         vals = torch.stack([
-            torch.where(mask, weights.weight.to(torch.float64), 0.0).sum() / denom,
-            torch.where(mask, k, 0.0).sum() / denom,
+            masked_mean(weights.weight.to(torch.float64), mask, count=denom),
+            masked_mean(k, mask, count=denom),
             k.new_tensor(float("-inf")) if empty else k.masked_fill(~mask, float("-inf")).amax(),
             k.new_tensor(float("inf")) if empty else k.masked_fill(~mask, float("inf")).amin(),
-            (weights.capped & mask).sum() / denom,
-            (weights.masked & mask).sum() / denom,
+            masked_mean(weights.capped, mask, count=denom),
+            masked_mean(weights.masked, mask, count=denom),
         ]).tolist()
     keys = ["correction/weight/mean", "correction/ratio/mean", "correction/ratio/max",
             "correction/ratio/min", "correction/capped_frac", "correction/masked_frac"]

@@ -19,27 +19,32 @@ from the coordinator (``learner.loop``), the loss config and entropy coefficient
 
 from __future__ import annotations
 
-import math
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import deepspeed
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.optim.lr_scheduler import LambdaLR
 
 from learner.batching import MicroBatch, Row, collate, scatter_row_values
 from learner.config import PolicyLossConfig
+from learner.deepspeed_kit import (
+    build_engine,
+    cpu_state_dict,
+    deepspeed_config,
+    full_params,
+    load_hf_model,
+    optimizer_step,
+    resolve_dtype,
+    warmup_schedule,
+    without_zero3_init,
+    zero3_init_context,
+)
 from learner.errors import PolicyLagError
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import PolicyLossInputs, deepspeed_loss_scale, policy_loss
-from learner.optimizer import initialize_engine
 from learner.reduce import reduce_metrics
 from learner.trainer_config import LearnerConfig
-
-_NOMINAL_ROW_TOKENS = 1024  # row length guess for DeepSpeed's bookkeeping batch sizes only
 
 
 def _ref_or_none(mb: MicroBatch, logp: torch.Tensor) -> torch.Tensor:
@@ -57,106 +62,6 @@ def _behaviour_or_none(mb: MicroBatch, logp: torch.Tensor, loss_cfg: PolicyLossC
     return None
 
 
-class LinearWarmup:
-    """lr factor min(1, (u + 1) / warmup) for update u (a class so LambdaLR can checkpoint it)."""
-
-    def __init__(self, warmup_steps: int):
-        self.warmup_steps = warmup_steps
-
-    def __call__(self, update: int) -> float:
-        return 1.0 if self.warmup_steps <= 0 else min(1.0, (update + 1) / self.warmup_steps)
-
-
-def resolve_dtype(cfg: LearnerConfig, device: str) -> torch.dtype:
-    if cfg.dtype == "auto":
-        return torch.bfloat16 if device == "cuda" else torch.float32
-    return torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
-
-
-def nominal_micro_batching(cfg: LearnerConfig, world: int, group_size: int) -> tuple[int, int]:
-    """(micro-batch rows, accumulation steps) DeepSpeed's config insists on.
-
-    Only bookkeeping (``train_batch_size`` = rows * gas * world): the real split is by token
-    budget per mini-batch with a hand-set accumulation boundary (module docstring).
-    """
-    rows_per_rank = max(1, math.ceil(cfg.batch.mini_batch * group_size / world))
-    mbs = min(rows_per_rank, max(1, cfg.micro_batch_tokens // _NOMINAL_ROW_TOKENS))
-    return mbs, math.ceil(rows_per_rank / mbs)
-
-
-def clips_itself(cfg: LearnerConfig, device: str) -> bool:
-    """ZeRO-0 in fp32: DeepSpeed clips with torch's formula but does not report the norm, so the
-    engine clips (``clip_grad_norm_``, one pass that also returns the norm) instead."""
-    return cfg.zero_stage == 0 and resolve_dtype(cfg, device) == torch.float32
-
-
-def deepspeed_config(cfg: LearnerConfig, world: int, device: str, group_size: int) -> dict:
-    mbs, gas = nominal_micro_batching(cfg, world, group_size)
-    bf16 = resolve_dtype(cfg, device) == torch.bfloat16
-    zero: dict = {"stage": cfg.zero_stage}
-    if cfg.zero_stage >= 2:
-        zero |= {"overlap_comm": device == "cuda", "contiguous_gradients": True}
-    return {
-        "train_micro_batch_size_per_gpu": mbs, "gradient_accumulation_steps": gas,
-        "train_batch_size": mbs * gas * world,
-        "gradient_clipping": 0.0 if clips_itself(cfg, device) else cfg.grad_clip,
-        "zero_optimization": zero, "bf16": {"enabled": bf16}, "fp16": {"enabled": False},
-        # no optimizer section: learner.optimizer.initialize_engine picks it (never a JIT-built op)
-        "zero_allow_untested_optimizer": True, "steps_per_print": 10**12, "wall_clock_breakdown": False,
-    }
-
-
-def _load_hf_model(model_dir: str | Path, dtype: torch.dtype, gradient_checkpointing: bool):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
-    model.config.use_cache = False
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model
-
-
-def _zero3_init_context(ds_config: dict):
-    """Under ZeRO-3, make ``from_pretrained`` build the model already partitioned (zero.Init).
-
-    transformers does that while an ``HfDeepSpeedConfig`` is alive, which needs ``accelerate``.
-    Without it the full model is loaded on every rank (host memory) and ``deepspeed.initialize``
-    partitions it: same result, higher transient host-memory peak.
-    """
-    try:
-        import accelerate  # noqa: F401
-    except ImportError:
-        return None
-    from transformers.integrations import HfDeepSpeedConfig
-    return HfDeepSpeedConfig(ds_config)
-
-
-@contextmanager
-def without_zero3_init(hf_ds_config):
-    """``from_pretrained`` of a whole, unpartitioned model while the policy's ``HfDeepSpeedConfig``
-    (ZeRO-3) is alive: transformers would otherwise build it under ``zero.Init``, partitioned, and
-    the frozen reference is used as a plain module, never through a DeepSpeed engine."""
-    from transformers.integrations.deepspeed import set_hf_deepspeed_config, unset_hf_deepspeed_config
-
-    unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        if hf_ds_config is not None:
-            set_hf_deepspeed_config(hf_ds_config)
-
-
-def full_params(module: torch.nn.Module, zero_stage: int) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) per unique parameter of a DeepSpeed module; under ZeRO-3 each is
-    gathered in turn (a collective: every rank must iterate), so peak memory is one parameter."""
-    for name, p in module.named_parameters():
-        if zero_stage == 3:
-            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
-                yield name, p.data.detach().clone()
-        else:
-            yield name, p.data.detach()
-
-
 class RankEngine:
     """A DeepSpeed engine plus the learner's update/scoring/publishing logic for one rank."""
 
@@ -168,12 +73,12 @@ class RankEngine:
         torch.manual_seed(seed)
         dtype = resolve_dtype(cfg, device)
         self.ds_config = deepspeed_config(cfg, world, device, group_size)
-        self._hf_ds = _zero3_init_context(self.ds_config) if cfg.zero_stage == 3 else None
-        model = _load_hf_model(model_dir, dtype, cfg.gradient_checkpointing)
+        self._hf_ds = zero3_init_context(self.ds_config) if cfg.zero_stage == 3 else None
+        model = load_hf_model(model_dir, dtype, cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
         self.vocab_size = int(model.config.vocab_size)
-        self.engine, self.scheduler, self.optimizer_name = initialize_engine(
-            model, cfg, self.ds_config, device, lr_scheduler=lambda opt: LambdaLR(opt, LinearWarmup(cfg.warmup_steps)))
+        self.engine, self.scheduler, self.optimizer_name = build_engine(
+            model, cfg, self.ds_config, device, lr_scheduler=warmup_schedule(cfg.warmup_steps))
         self.model_dir, self.dtype = str(model_dir), dtype
         self.reference = None     # frozen initial policy for the k3 KL, loaded on first use
 
@@ -206,7 +111,7 @@ class RankEngine:
         ZeRO-3 it costs a whole model per rank; the KL term is off by default)."""
         if self.reference is None:
             with without_zero3_init(self._hf_ds):
-                self.reference = _load_hf_model(self.model_dir, self.dtype, False).to(self.device).eval()
+                self.reference = load_hf_model(self.model_dir, self.dtype, False).to(self.device).eval()
             self.reference.requires_grad_(False)
         return self.reference
 
@@ -263,29 +168,9 @@ class RankEngine:
             loss, m = policy_loss(inputs, loss_cfg, total_tokens, entropy_coef)
             self.engine.backward(loss * scale, scale_wrt_gas=False)
             metrics.append(m)
-        own_norm = self._clip_stage0()
-        lr = float(self.engine.optimizer.param_groups[0]["lr"])
-        self.engine.step()
+        norm, lr = optimizer_step(self.engine, self.cfg, self.device_kind)
         self.version += 1
-        norm = own_norm if own_norm is not None else self.engine.get_global_grad_norm()
-        info = {"grad/norm": float("nan") if norm is None else float(norm), "lr": lr,
-                "tokens/global": total_tokens}
-        return reduce_metrics(metrics), info
-
-    def _clip_stage0(self) -> float | None:
-        """ZeRO-0 fp32 (see ``clips_itself``): clip to grad_clip, return the pre-clip global norm.
-
-        The gradients are already all-reduced at this point (boundary backward), so the local
-        norm is the global one. Other setups: None (DeepSpeed clips and records the norm).
-        """
-        if not clips_itself(self.cfg, self.device_kind):
-            return None
-        params = [p for p in self.engine.module.parameters() if p.grad is not None]
-        if not params:
-            return 0.0
-        if self.cfg.grad_clip > 0:
-            return float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
-        return float(torch.nn.utils.get_total_norm([p.grad for p in params]))
+        return reduce_metrics(metrics), {"grad/norm": norm, "lr": lr, "tokens/global": total_tokens}
 
     # --- full weights ---------------------------------------------------------------------------
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
@@ -307,5 +192,5 @@ class RankEngine:
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """CPU copies of all parameters on rank 0 (None elsewhere); for checkpoints and tests."""
-        out = {n: t.to("cpu", copy=True) for n, t in self.iter_full_params()}
+        out = cpu_state_dict(self.engine.module, self.cfg.zero_stage)
         return out if self.rank == 0 else None

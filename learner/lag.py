@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from learner.masked import masked_mean
+
 
 @dataclass
 class LagReport:
@@ -122,13 +124,13 @@ def ratio_stats(
         low, high = below & (advantages < 0), above & (advantages > 0)
         empty = rho.numel() == 0
         vals = torch.stack([
-            torch.where(mask, rho, 0.0).sum() / denom,
+            masked_mean(rho, mask, count=denom),
             d.new_tensor(float("-inf")) if empty else rho.masked_fill(~mask, float("-inf")).amax(),
             d.new_tensor(float("inf")) if empty else rho.masked_fill(~mask, float("inf")).amin(),
             low.sum() / denom, high.sum() / denom, (low | high).sum() / denom,
             below.sum() / denom, above.sum() / denom,
-            torch.where(mask, rho - 1 - d, 0.0).sum() / denom,
-            (-d).sum() / denom,
+            masked_mean(rho - 1 - d, mask, count=denom),
+            masked_mean(-d, mask, count=denom),
         ]).tolist()
     keys = ["ratio/mean", "ratio/max", "ratio/min", "clip/low_frac", "clip/high_frac", "clip/frac",
             "ratio/below_band_frac", "ratio/above_band_frac", "mismatch/kl_k3", "mismatch/kl_k1"]

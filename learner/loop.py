@@ -366,6 +366,6 @@ class Learner:
 
 
 def _on_nodes(nodes: list[dict]) -> str:
-    """' on node gen-1 (127.0.0.1)' for the ranks' locations (actors.placement), or ''."""
+    """' on node gen-1 (127.0.0.1)' for the ranks' locations (actors.cluster.placement), or ''."""
     names = sorted({f"{n.get('name', '?')} ({n.get('ip', '?')})" for n in nodes})
     return f" on node {', '.join(names)}" if names else ""

@@ -39,6 +39,7 @@ from learner.corrections import (
     correction_weights,
 )
 from learner.lag import ratio_stats
+from learner.masked import masked_mean
 
 _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: beyond this a token is garbage; clamp (zero grad) not inf
 
@@ -97,11 +98,6 @@ def k3_kl(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def masked_sum(x: Tensor, mask: Tensor) -> Tensor:
-    """sum over mask of x; masked-out entries never reach the result (nor its gradient)."""
-    return torch.where(mask, x, torch.zeros_like(x)).sum()
-
-
 def policy_loss(
     inputs: PolicyLossInputs,
     cfg: PolicyLossConfig,
@@ -135,20 +131,20 @@ def policy_loss(
             raise ValueError(f"correction '{cfg.correction.type}' needs inputs.behaviour_logprobs")
         weights = correction_weights(log_k, mask, cfg.correction)
         obj = obj * weights.weight.to(obj.dtype)                         # w_t: no gradient
-    pg = -masked_sum(obj, mask) / denom
+    pg = -masked_mean(obj, mask, count=denom)
 
     terms = {"loss/pg": pg}
     loss = pg
     if inputs.ref_logprobs is not None:
         ref = torch.where(mask, inputs.ref_logprobs.to(logp.dtype), logp.detach())
-        kl = masked_sum(k3_kl(logp if cfg.kl_beta else logp.detach(), ref), mask) / denom
+        kl = masked_mean(k3_kl(logp if cfg.kl_beta else logp.detach(), ref), mask, count=denom)
         loss = loss + cfg.kl_beta * kl if cfg.kl_beta else loss        # beta = 0: metric only
         terms |= {"kl/ref_k3": kl, "loss/kl": cfg.kl_beta * kl}
     elif cfg.kl_beta > 0:
         raise ValueError("kl_beta > 0 needs inputs.ref_logprobs")
     if inputs.entropy is not None:
         # alpha = 0: metric only, so no gradient reaches the entropy (backward skips that path)
-        ent = masked_sum(inputs.entropy if entropy_coef else inputs.entropy.detach(), mask) / denom
+        ent = masked_mean(inputs.entropy if entropy_coef else inputs.entropy.detach(), mask, count=denom)
         loss = loss - entropy_coef * ent if entropy_coef else loss
         terms |= {"entropy/mean": ent, "loss/entropy": -entropy_coef * ent}
     elif entropy_coef != 0:

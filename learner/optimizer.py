@@ -14,14 +14,15 @@ So ``LearnerConfig.optimizer``:
 
 The maths is the same whichever runs: decoupled weight decay (AdamW), bias-corrected moments,
 ``lr``/``betas``/``adam_eps``/``weight_decay`` from the config, the warm-up as a ``LambdaLR`` on the
-optimizer, gradient clipping by DeepSpeed or the engine (``learner.engine.clips_itself``), and the
+optimizer, gradient clipping by DeepSpeed or the engine (``learner.deepspeed_kit.clips_itself``), and the
 optimizer state saved and restored by DeepSpeed's checkpoints (the client optimizer's
 ``state_dict``, or ZeRO's partitions of it).
+
+This module chooses; ``learner.deepspeed_kit.build_engine`` builds the engine with the choice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal
 
 OptimizerName = Literal["torch_adamw", "deepspeed_fused_adam"]
@@ -81,23 +82,3 @@ def fused_adam_section(cfg) -> dict:
     """ds_config's optimizer section for DeepSpeed's (prebuilt) FusedAdam in AdamW mode."""
     s = _adamw_settings(cfg)
     return {"type": "AdamW", "params": {**s, "betas": list(s["betas"]), "torch_adam": False}}
-
-
-def initialize_engine(model, cfg, ds_config: dict, device: str,
-                      lr_scheduler: Callable | None = None) -> tuple[Any, Any, OptimizerName]:
-    """``deepspeed.initialize`` with the optimizer ``cfg.optimizer`` resolves to on ``device``;
-    returns (engine, lr scheduler, the optimizer's name). ``ds_config`` must hold no optimizer
-    section (``learner.engine.deepspeed_config`` writes none): this function owns that choice."""
-    if "optimizer" in ds_config:
-        raise ValueError("ds_config already names an optimizer; learner.optimizer chooses it")
-    import deepspeed
-
-    name = resolve_optimizer(cfg.optimizer, device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if name == "torch_adamw":
-        client, config = torch_adamw(params, cfg, device), ds_config
-    else:
-        client, config = None, {**ds_config, "optimizer": fused_adam_section(cfg)}
-    engine, _, _, scheduler = deepspeed.initialize(model=model, model_parameters=params, optimizer=client,
-                                                   config=config, lr_scheduler=lr_scheduler)
-    return engine, scheduler, name

@@ -60,6 +60,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from learner.config import PrimeConfig
+from learner.masked import masked_count, masked_mean, masked_var
 
 BATCH_NORM_EPS = 1e-6   # reference prime_norm: / (max |reverse cumsum| + 1e-6)
 WHITEN_EPS = 1e-8       # reference masked_whiten: * rsqrt(var + 1e-8)
@@ -164,10 +165,8 @@ def group_leave_one_out(values: Tensor, mask: Tensor, group_index: Tensor) -> Te
     Exactly r_i - mean_{j != i} r_j when each row has a single valid value (the outcome reward).
     (B, L) float, (B, L) bool, (B,) int -> (B, L).
     """
-    m = mask.to(values.dtype)
-    count = m.sum(dim=1)                                                       # (B,)
-    member = (count > 0).to(values.dtype)
-    mean = (values * m).sum(dim=1) / count.clamp(min=1)                        # (B,)
+    member = (masked_count(mask, dim=1) > 0).to(values.dtype)                  # (B,)
+    mean = masked_mean(values, mask, dim=1)                                    # (B,)
     inv = _group_ids(group_index)
     n_groups = int(inv.max()) + 1 if inv.numel() else 0
     zeros = torch.zeros(n_groups, dtype=values.dtype, device=values.device)
@@ -219,10 +218,7 @@ def reverse_cumsum(x: Tensor) -> Tensor:
 
 def masked_whiten(values: Tensor, mask: Tensor, eps: float = WHITEN_EPS) -> Tensor:
     """(v - mean) / sqrt(var + eps) over the valid entries (Bessel variance), 0 elsewhere."""
-    m = mask.to(values.dtype)
-    n = m.sum()
-    mean = (values * m).sum() / n.clamp(min=1)
-    var = ((values - mean).square() * m).sum() / (n - 1).clamp(min=1)
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
     return torch.where(mask, (values - mean) * torch.rsqrt(var + eps), torch.zeros_like(values))
 
 
@@ -247,8 +243,7 @@ def group_accuracy(correct: Tensor, present: Tensor | None = None) -> Tensor:
     such as 0.2 = 1/5 compare exactly. (G, N) -> (G,); a group with no response has accuracy 0."""
     correct = correct.to(torch.float64)
     present = torch.ones_like(correct, dtype=torch.bool) if present is None else present.bool()
-    n = present.sum(dim=1)
-    return (correct * present).sum(dim=1) / n.clamp(min=1)
+    return masked_mean(correct, present, dim=1)
 
 
 def prompt_filter(accuracy: Tensor, low: float, high: float) -> Tensor:

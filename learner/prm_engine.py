@@ -7,7 +7,7 @@ dir (the SFT policy, also the frozen reference), has its own AdamW (``PrimeConfi
 batch, before the policy update, with PRIME's cross-entropy loss (``learner.prime.prm_loss``) on
 the outcome labels, and scores responses at temperature 1 (the reference implementation does).
 
-Gradient bookkeeping is the policy engine's (``learner.engine``): every micro-batch loss is
+Gradient bookkeeping is the policy engine's (``learner.engine``, ``learner.deepspeed_kit``): every micro-batch loss is
 sum_i BCE_i / N_global with N_global = the responses of the whole update on all ranks (the
 coordinator counts them), the accumulation boundary is set by hand, and the loss is scaled by
 the world size so DeepSpeed's gradient average becomes the exact sum. One update is therefore
@@ -22,12 +22,11 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from learner import deepspeed_kit as kit
 from learner.batching import MicroBatch, Row, collate, scatter_row_values
 from learner.config import PrimeConfig
-from learner.engine import _load_hf_model, clips_itself, deepspeed_config, full_params, resolve_dtype
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import deepspeed_loss_scale
-from learner.optimizer import initialize_engine
 from learner.prime import PRM_TEMPERATURE, outcome_labels, prm_loss
 from learner.trainer_config import LearnerConfig
 
@@ -63,10 +62,10 @@ class PrmEngine:
         self.rank, self.world, self.device_kind = rank, world, device
         self.device = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
         self.version = 0
-        self.ds_config = deepspeed_config(self.cfg, world, device, group_size)
-        model = _load_hf_model(model_dir, resolve_dtype(self.cfg, device), self.cfg.gradient_checkpointing)
+        self.ds_config = kit.deepspeed_config(self.cfg, world, device, group_size)
+        model = kit.load_hf_model(model_dir, kit.resolve_dtype(self.cfg, device), self.cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
-        self.engine, _, self.optimizer_name = initialize_engine(model, self.cfg, self.ds_config, device)
+        self.engine, _, self.optimizer_name = kit.build_engine(model, self.cfg, self.ds_config, device)
 
     def _logprobs(self, mb: MicroBatch, chunk: int) -> torch.Tensor:
         out = self.engine(input_ids=mb.input_ids.to(self.device), attention_mask=mb.attention_mask.to(self.device),
@@ -96,21 +95,9 @@ class PrmEngine:
                 loss = logp.sum() * 0.0
             self.engine.backward(loss * scale, scale_wrt_gas=False)
             before |= scatter_row_values(mb, logp)
-        own_norm = self._clip_stage0()
-        lr = float(self.engine.optimizer.param_groups[0]["lr"])
-        self.engine.step()
+        norm, lr = kit.optimizer_step(self.engine, self.cfg, self.device_kind)     # clipped to prm_grad_clip
         self.version += 1
-        norm = own_norm if own_norm is not None else self.engine.get_global_grad_norm()
-        return before, {"prm/grad_norm": float("nan") if norm is None else float(norm), "prm/lr": lr}
-
-    def _clip_stage0(self) -> float | None:
-        """ZeRO-0 fp32: clip to prm_grad_clip here and return the pre-clip norm (``engine.clips_itself``)."""
-        if not clips_itself(self.cfg, self.device_kind):
-            return None
-        params = [p for p in self.engine.module.parameters() if p.grad is not None]
-        if not params:
-            return 0.0
-        return float(torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip))
+        return before, {"prm/grad_norm": norm, "prm/lr": lr}
 
     @torch.no_grad()
     def score(self, rows: Sequence[Row], micro_batches: Sequence[Sequence[int]], chunk: int) -> dict[int, np.ndarray]:
@@ -123,9 +110,9 @@ class PrmEngine:
 
     def iter_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
         """(HF name, full tensor) per parameter; a collective under ZeRO-3 (all ranks iterate)."""
-        return full_params(self.engine.module, self.cfg.zero_stage)
+        return kit.full_params(self.engine.module, self.cfg.zero_stage)
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """CPU copies of all PRM parameters on rank 0 (None elsewhere); checkpoints and tests."""
-        out = {n: t.to("cpu", copy=True) for n, t in self.iter_full_params()}
+        out = kit.cpu_state_dict(self.engine.module, self.cfg.zero_stage)
         return out if self.rank == 0 else None

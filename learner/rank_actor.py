@@ -3,12 +3,12 @@
 Each ``LearnerRank`` is a process of its own (as ``deepspeed`` launches would give), so
 ``torch.distributed`` state never leaks into the driver. Rank 0 picks the rendezvous address
 (its node IP and a free port), every rank gets MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE /
-LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU; through
-``learner.distributed``, which builds no op). Ranks are placed with a PACK placement group, one
-bundle per rank (``learner.gpus_per_rank`` GPUs on CUDA: below 1 engines may share the GPU, and the
-rank caps its allocator at ``learner.memory_fraction()``), each with ``learner.resources`` and, on a
-cluster, off the driver's node (``actors.placement``). Each rank opens the model where its node
-has it (``actors.model_source``: the shared path or the node-local cache).
+LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU; ``learner.deepspeed_kit``,
+which builds no op). Ranks are placed with a PACK placement group, one bundle per rank
+(``learner.gpus_per_rank`` GPUs on CUDA: below 1 engines may share the GPU, and the rank caps its
+allocator at ``learner.memory_fraction()``), each with ``learner.resources`` and, on a cluster, off
+the driver's node (``actors.cluster.placement``). Each rank opens the model where its node has it
+(``actors.cluster.model_source``: the shared path or the node-local cache).
 
 Every method that runs collectives (setup, train, score, publish, checkpoint) must be called
 on all ranks at once: :meth:`RankGroup.call` does exactly that.
@@ -55,8 +55,8 @@ class LearnerRank:
 
     def setup(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int, addr: str, port: int,
               device: str, local_rank: int) -> dict[str, Any]:
-        from actors.model_source import resolve_model_dir
-        from actors.priority import warn_if_niced
+        from actors.cluster.model_source import resolve_model_dir
+        from actors.cluster.priority import warn_if_niced
 
         model_dir = resolve_model_dir(model_dir)    # this node's copy; ModelUnavailable names path and node
         warn_if_niced(f"learner rank {self.rank}")
@@ -67,16 +67,10 @@ class LearnerRank:
         import torch
         from transformers.utils import logging as hf_logging
 
-        from learner.distributed import init_distributed
+        from learner.deepspeed_kit import init_distributed, set_rendezvous
 
         hf_logging.disable_progress_bar()
-
-        # LOCAL_SIZE stays unset on purpose: with LOCAL_SIZE == WORLD_SIZE DeepSpeed's CPU backend
-        # maps a 69 MB /dev/shm workspace per rank for inference_all_reduce (unused in training)
-        # and never unlinks it. LOCAL_RANK suffices for device placement.
-        os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(self.rank),
-                          WORLD_SIZE=str(self.world), LOCAL_RANK=str(local_rank))
-        os.environ.pop("LOCAL_SIZE", None)
+        set_rendezvous(addr, port, self.rank, self.world, local_rank)
         if device == "cuda":
             torch.cuda.set_device(0)
             if cfg.memory_fraction() is not None:   # a GPU shared with engines: stay within this rank's share
@@ -176,11 +170,11 @@ class RankGroup:
 
     def __init__(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int = 0, *, transport=None,
                  on_transport=None):
-        """``model_dir``: a path or an ``actors.model_source.ModelSource`` (each rank resolves it).
+        """``model_dir``: a path or an ``actors.cluster.model_source.ModelSource`` (each rank resolves it).
         ``transport``: bound on every rank before the engines are set up; rank 0's answer is
         ``actor_transport``, handed to ``on_transport(actor_transport)`` at once, so the caller can
         start the generation engines while the ranks load DeepSpeed and the model."""
-        from actors import placement as place
+        from actors.cluster import placement as place
 
         self.cfg = cfg.model_copy()
         self.signature = cfg.engine_signature()
@@ -205,7 +199,7 @@ class RankGroup:
             self.actor_transport = self.call("set_transport", transport)[0]
             if on_transport is not None:
                 on_transport(self.actor_transport)
-        self.nodes: list[dict] = []     # where each rank runs (actors.placement.locate), after setup
+        self.nodes: list[dict] = []     # where each rank runs (actors.cluster.placement.locate), after setup
         master_addr, port = addrs[0]
         local = _local_ranks([ip for ip, _ in addrs])
         # On GPU each actor sees only its own device (Ray sets CUDA_VISIBLE_DEVICES): LOCAL_RANK 0.

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from learner.masked import masked_count, masked_sum
+
 
 def leave_one_out(rewards: Tensor, stats_mask: Tensor) -> tuple[Tensor, Tensor]:
     """A_i = r_i - mean_{j in S, j != i} r_j over the statistics set S of each group.
@@ -28,8 +30,8 @@ def leave_one_out(rewards: Tensor, stats_mask: Tensor) -> tuple[Tensor, Tensor]:
     Shapes: rewards (G, N) float, stats_mask (G, N) bool -> (advantages (G, N), degenerate (G,)).
     """
     s = stats_mask.to(rewards.dtype)                                   # (G, N)
-    n = s.sum(dim=1, keepdim=True)                                     # (G, 1) K
-    total = (rewards * s).sum(dim=1, keepdim=True)                     # (G, 1)
+    n = masked_count(stats_mask, dim=1, keepdim=True)                  # (G, 1) K
+    total = masked_sum(rewards, stats_mask, dim=1, keepdim=True)       # (G, 1)
     others = n - s                                                     # (G, N) members of S besides i
     baseline = (total - rewards * s) / others.clamp(min=1)
     adv = rewards - baseline                                           # (G, N)

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from actors.placement import CustomResources
+from actors.cluster.placement import CustomResources
 from learner.config import (
     AdaptiveEntropy,
     AdvantageConfig,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.priority import SYSTEM_CONFIG
+from actors.cluster.priority import SYSTEM_CONFIG
 
 # vLLM on CPU: a small KV cache, and the engine core in-process (no extra subprocess to reap).
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -51,14 +51,22 @@ def ray_local():
 @pytest.fixture(scope="session")
 def tiny_world():
     """The cached tiny world (tokenizer, Qwen2 model, data); built once (~30 s) if missing."""
-    from launch.tiny.build import ensure_tiny_world
+    from launch.worlds.tiny.build import ensure_tiny_world
 
     return ensure_tiny_world()
 
 
 @pytest.fixture(scope="session")
 def reasoning_world():
-    """The cached reasoning world (launch.reasoning); built once (~4 min on 2 cores) if missing."""
-    from launch.reasoning.build import ensure_reasoning_world
+    """The cached reasoning world (launch.worlds.reasoning); built once (~4 min on 2 cores) if missing."""
+    from launch.worlds.reasoning.build import ensure_reasoning_world
 
     return ensure_reasoning_world()
+
+
+@pytest.fixture(scope="session")
+def code_world():
+    """The cached code world (launch.worlds.code: a+b and one-line programs); built once (~1-2 min) if missing."""
+    from launch.worlds.code.build import ensure_code_world
+
+    return ensure_code_world()

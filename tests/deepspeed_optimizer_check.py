@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -65,21 +64,21 @@ def _moments(engine) -> list[torch.Tensor]:
 
 def check_stage(stage: int, model_dir: Path, tmp: Path) -> dict:
     import deepspeed
-    from torch.optim.lr_scheduler import LambdaLR
 
     from learner.checkpoint import load_rank, save_rank
-    from learner.engine import LinearWarmup, RankEngine, _load_hf_model
+    from learner.deepspeed_kit import load_hf_model, warmup_schedule
+    from learner.engine import RankEngine
     from learner.trainer_config import LearnerConfig
 
     cfg = LearnerConfig(lr=1e-2, warmup_steps=2, weight_decay=0.1, zero_stage=stage, device="cpu", grad_clip=0.0)
     batches = _batches(3)
     ours = RankEngine(cfg, model_dir, 0, 1, "cpu", group_size=2, seed=0)
-    before = _load_hf_model(model_dir, torch.float32, False)
+    before = load_hf_model(model_dir, torch.float32, False)
     old_section = {"type": "AdamW", "params": {"lr": cfg.lr, "betas": list(cfg.betas), "eps": cfg.adam_eps,
                                                "weight_decay": cfg.weight_decay, "torch_adam": True}}
     old, _, _, _ = deepspeed.initialize(model=before, model_parameters=[p for p in before.parameters()],
                                         config={**ours.ds_config, "optimizer": old_section},
-                                        lr_scheduler=lambda opt: LambdaLR(opt, LinearWarmup(cfg.warmup_steps)))
+                                        lr_scheduler=warmup_schedule(cfg.warmup_steps))
     for ids in batches[:2]:
         _update(ours.engine, ids)
         _update(old, ids)
@@ -89,7 +88,7 @@ def check_stage(stage: int, model_dir: Path, tmp: Path) -> dict:
     saved_moments, saved_lr = _moments(ours.engine), ours.engine.optimizer.param_groups[0]["lr"]
     _update(ours.engine, batches[2])
     _update(old, batches[2])
-    initial = {n: p.detach() for n, p in _load_hf_model(model_dir, torch.float32, False).named_parameters()}
+    initial = {n: p.detach() for n, p in load_hf_model(model_dir, torch.float32, False).named_parameters()}
     out = {"optimizer": ours.optimizer_name, "client": type(ours.engine.basic_optimizer).__name__,
            "foreach": ours.engine.basic_optimizer.defaults.get("foreach"),
            "same_as_before": _max_diff(_params(ours.engine), _params(old)),
@@ -111,14 +110,10 @@ def check_stage(stage: int, model_dir: Path, tmp: Path) -> dict:
 
 
 def main(out_path: str) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                      DS_ACCELERATOR="cpu")
-    from learner.distributed import init_distributed
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    from learner.deepspeed_kit import init_distributed
 
-    init_distributed("cpu")
+    init_distributed("cpu")                   # run plainly: one rank on a free loopback port
     from deepspeed.comm import comm
 
     ext_dir = Path(os.environ["TORCH_EXTENSIONS_DIR"])

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actors.priority import SYSTEM_CONFIG
 from buffer.server import write_private
+from actors.cluster.priority import SYSTEM_CONFIG
 from launch.config import RunConfig
 
 
@@ -34,7 +34,7 @@ class RunResult:
     seconds: float = 0.0
 
 
-def _init_ray(cfg: RunConfig) -> None:
+def init_ray(cfg: RunConfig) -> None:
     import ray
 
     if ray.is_initialized():
@@ -47,9 +47,9 @@ def _init_ray(cfg: RunConfig) -> None:
         ray.init(runtime_env={"env_vars": env} if env else None)
         return
     needed = cfg.actors.num_actors * cfg.actors.num_cpus + cfg.learner.num_ranks * cfg.learner.cpus_per_rank + 2
-    # workers at nice 0, not Ray's 15: they are the run (actors.priority)
+    # workers at nice 0, not Ray's 15: they are the run (actors.cluster.priority)
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(needed + 0.999)), include_dashboard=False,
-             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=_local_resources(cfg),
+             _node_ip_address="127.0.0.1", runtime_env={"env_vars": env}, resources=local_resources(cfg),
              _system_config=SYSTEM_CONFIG)
 
 
@@ -81,7 +81,7 @@ def _record_optimizer(cfg: RunConfig, learner, run_path: Path, buffer) -> RunCon
     return cfg
 
 
-def _local_resources(cfg: RunConfig) -> dict[str, float]:
+def local_resources(cfg: RunConfig) -> dict[str, float]:
     """The custom resources the config asks for (actors.resources, learner.resources), given to the
     local single-node Ray so a config written for a cluster also runs on one machine."""
     need: dict[str, float] = {}
@@ -110,8 +110,8 @@ def run(cfg: RunConfig) -> RunResult:
     import ray
     from transformers import AutoTokenizer
 
+    from actors.cluster.model_source import share_model
     from actors.factory import actor_name, create_generation_actors, start_loops, wait_started
-    from actors.model_source import share_model
     from actors.transport import transport_for
     from buffer import RunBuffer, open_buffer_server
     from launch.layout import engines_start_early
@@ -120,17 +120,21 @@ def run(cfg: RunConfig) -> RunResult:
     from launch.run.feeder import PromptFeeder
     from launch.run.progress import Progress
     from launch.run.prompt_stats import PromptStats
-    from launch.run.summary import build_summary, format_summary, read_evals, read_metrics
+    from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, summary_scalars
+    from launch.run.tracking import Trackers, check_available, open_trackers
     from learner.loop import Learner
-    from rewards.problems import append_jsonl, load_problems
+    from rewards.problems import append_jsonl
     from rewards.workers import RewardPool
 
     started = time.monotonic()
     run_path = cfg.path.resolve()
     run_path.mkdir(parents=True, exist_ok=True)
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
+    check_available(cfg.tracking.backends)          # a missing tracker package fails before anything starts
+    problems = _load(cfg, train_path)               # so does a bad dataset row
+    eval_problems = _load(cfg, eval_path) if eval_path else None
 
-    _init_ray(cfg)
+    init_ray(cfg)
     cfg, gpus = _resolve_layout(cfg)       # refusals that need the cluster; the weight transport 'auto' picks
     write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
@@ -144,10 +148,10 @@ def run(cfg: RunConfig) -> RunResult:
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     renderer = PromptRenderer(tokenizer, cfg.data.chat_template, template)
-    problems = load_problems(train_path, cfg.data.prompt_key, cfg.data.answer_key)
     result = RunResult(cfg.run_id, run_path, url)
     stop, stop_reason = _Stop(), "completed"
     pool = actors = loops = feeder = learner = None
+    trackers = Trackers([])
     try:
         pool = RewardPool(cfg=cfg.rewards)
         transport, actors = transport_for(cfg.actors, cfg.run_id), []
@@ -171,6 +175,9 @@ def run(cfg: RunConfig) -> RunResult:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
                   f"(buffer at {r['published']})", flush=True)
+        # the run id names the tracker run; a resumed run continues it from the step it retrains
+        trackers = open_trackers(cfg.tracking, name=cfg.run_id, log_dir=run_path, store_root=run_path.parent,
+                                 hparams=cfg.model_dump(mode="json"), start_step=learner.steps_done)
         if not actors:
             start_engines(learner.actor_transport)
         loops = start_loops(actors)
@@ -184,16 +191,16 @@ def run(cfg: RunConfig) -> RunResult:
                               seed=cfg.seed)
         stats = PromptStats(buffer)
         evaluator = None
-        if eval_path:
-            evaluator = Evaluator(url, cfg.run_id, load_problems(eval_path, cfg.data.prompt_key, cfg.data.answer_key),
-                                  renderer, n=cfg.data.eval_n, temperature=cfg.temperature,
-                                  max_problems=cfg.data.eval_max_problems)
+        if eval_problems:
+            evaluator = Evaluator(url, cfg.run_id, eval_problems, renderer, n=cfg.data.eval_n,
+                                  temperature=cfg.temperature, max_problems=cfg.data.eval_max_problems)
 
         def evaluate() -> None:
             if _servable(learner, buffer):
                 budget = cfg.data.eval_max_tokens(learner.steps_done)
                 result.evals.append(_evaluate(evaluator, buffer, learner, budget))
                 append_jsonl(result.evals[-1], run_path / "evals.jsonl")   # the whole run's, across resumes
+                trackers.log_eval(result.evals[-1])
 
         if evaluator:
             evaluate()
@@ -217,6 +224,7 @@ def run(cfg: RunConfig) -> RunResult:
             stats.update()
             result.metrics.append(metrics)
             append_jsonl(metrics, run_path / "metrics.jsonl")
+            trackers.log_metrics(metrics)
             print(progress.line(metrics, actors_tokens_per_s(buffer)), flush=True)
             if "guard/event" in metrics:
                 print(metrics["guard/event"]["message"], flush=True)
@@ -226,6 +234,9 @@ def run(cfg: RunConfig) -> RunResult:
             stop_reason = "stopped by signal"
         if evaluator and (not result.evals or result.evals[-1]["step"] != learner.steps_done):
             evaluate()
+    except BaseException:
+        trackers.close(failed=True)
+        raise
     finally:
         _shutdown(feeder, actors, loops, learner, pool)
         if server is not None:
@@ -235,6 +246,8 @@ def run(cfg: RunConfig) -> RunResult:
                             seconds=result.seconds, rows=read_metrics(run_path / "metrics.jsonl"),
                             evals=read_evals(run_path / "evals.jsonl"), stop_reason=stop_reason)
     (run_path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    trackers.log_summary(summary_scalars(summary))
+    trackers.close()
     print(format_summary(summary), flush=True)
     return result
 
@@ -264,29 +277,21 @@ def _evaluate(evaluator, buffer, learner, max_tokens: int) -> dict:
     return row
 
 
+def _load(cfg: RunConfig, path: str):
+    from rewards.problems import load_problems
+
+    return load_problems(path, cfg.data.prompt_key, cfg.data.answer_key, format=cfg.data.format,
+                         bad_rows=cfg.data.bad_rows, code_sources=cfg.rewards.code_data_sources)
+
+
 def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
     """(model dir, train path, eval path, prompt template when the tokenizer has no chat template)."""
-    if cfg.tiny:
-        from launch.tiny.build import ensure_tiny_world
-        from launch.tiny.task import PROMPT_TEMPLATE
-        world = ensure_tiny_world()
-        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
-                cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
-    if cfg.shapes:
-        from launch.shapes.world import ensure_shapes_world
-        from launch.tiny.task import PROMPT_TEMPLATE
-        world = ensure_shapes_world()
-        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
-                cfg.data.eval_path, PROMPT_TEMPLATE)
-    if cfg.reasoning:
-        from launch.reasoning import PROMPT_TEMPLATE
-        from launch.reasoning.build import ensure_reasoning_world
-        world = ensure_reasoning_world()
-        return (cfg.data.model_dir or str(world.model_dir), cfg.data.train_path or str(world.train_path),
-                cfg.data.eval_path or str(world.val_path), PROMPT_TEMPLATE)
+    if cfg.world is not None:
+        from launch.worlds import world_data
+        return world_data(cfg.world, cfg.data)
     if not cfg.data.model_dir or not cfg.data.train_path:
         raise ValueError("--data.model_dir (a Hugging Face model directory) and --data.train_path (a JSONL/"
-                         "parquet of math problems) are required unless --tiny, --shapes or --reasoning")
+                         "parquet of math problems) are required unless a world is chosen (--world, --tiny, ...)")
     return cfg.data.model_dir, cfg.data.train_path, cfg.data.eval_path, "{problem}\n"
 
 
@@ -326,7 +331,7 @@ def _record_placement(run_path: Path, buffer, actors: dict[str, dict], learner, 
     """Where the driver, every actor and every learner rank run (and which model directory each
     opened): ``placement.json`` in the run directory, the run's meta, one console line when they
     span several nodes."""
-    from actors.placement import driver_location, placement_line
+    from actors.cluster.placement import driver_location, placement_line
 
     placement = {"driver": driver_location(), "actors": actors, "learner": learner.ranks.nodes,
                  "model": model.describe()}

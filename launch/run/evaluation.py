@@ -4,7 +4,7 @@ Evaluation prompts go to the run's `.eval` namespace (see actors.generation.eval
 actors serve them first and write their groups there, so the learner never sees held-out data.
 Each prompt carries `min_version` = the version being evaluated, so the numbers belong to a
 known policy version. The row carries the pass@k curve as ``eval/pass@{k}`` for k = 1, 2, 4, ...,
-n (``rewards.evaluate.curve_ks``); ``launch.tools.compare`` plots one curve per evaluated checkpoint.
+n (``rewards.evaluate.curve_ks``); ``launch.analysis.compare`` plots one curve per evaluated checkpoint.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Evaluator:
         self._round += 1
         tag = f"eval{self._round}-v{version}"
         prompts = [PromptMsg(prompt_id=f"{tag}-{i}", data_source=p.data_source,
-                             prompt_ids=np.asarray(self.renderer.ids(p.problem), dtype=np.int32),
+                             prompt_ids=np.asarray(self.renderer.ids(p), dtype=np.int32),
                              answer=p.answer, n_samples=self.n, max_tokens=max_tokens, step=step,
                              min_version=version, temperature=self.temperature, meta={"problem_id": p.id})
                    for i, p in enumerate(self.problems)]

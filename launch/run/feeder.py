@@ -85,7 +85,7 @@ class PromptFeeder:
         msgs = []
         for _ in range(count):
             p = self._next_problem()
-            ids = np.asarray(self.renderer.ids(p.problem), dtype=np.int32)
+            ids = np.asarray(self.renderer.ids(p), dtype=np.int32)
             self._serial += 1
             prompt_id = f"s{step}-{self._serial}-{p.id}"
             if len(ids) + max_tokens > self.max_model_len:

@@ -109,6 +109,20 @@ def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int,
     }
 
 
+def summary_scalars(s: dict) -> dict[str, float]:
+    """The summary's numbers for a tracker's run summary: first/last pairs as ``name/first`` and
+    ``name/last``, counts as ``groups/<kind>``."""
+    out: dict[str, float] = {"steps": float(s["steps"]), "seconds": float(s["seconds"])}
+    for key in ("accuracy", "train_accuracy", "entropy", "length"):
+        if s.get(key):
+            out[f"{key}/first"], out[f"{key}/last"] = map(float, s[key])
+    for key in ("lag_mean", "lag_max"):
+        if s.get(key) is not None:
+            out[key] = float(s[key])
+    out.update({f"groups/{k}": float(v) for k, v in s["groups"].items()})
+    return out
+
+
 def _guard_lines(guard: dict | None) -> list[str]:
     if guard is None:
         return []

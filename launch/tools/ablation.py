@@ -6,11 +6,13 @@
 Each preset runs in this process through ``launch.cli.build_config`` + ``launch.run.driver.run`` (one
 local Ray shared by all runs, or the cluster in RAY_ADDRESS; every run starts and stops its own
 Redis, actors, reward workers and learner), as run ``<prefix>-<preset>`` under ``<out>/runs``.
-Overrides after ``--`` apply to every preset. Then ``launch.tools.compare.write_compare`` draws
+Overrides after ``--`` apply to every preset. Then ``launch.analysis.compare.write_compare`` draws
 ``<out>/compare.png`` (entropy/mean; reward/accuracy and the held-out eval avg@n (dashed) vs
 step; one colour per preset) and ``<out>/compare.csv`` (long format), and ``<out>/ablation.json``
 records per preset: wall seconds, entropy and accuracy at the first/last step, eval avg@n first/last.
-A preset that fails is reported and the others still run (exit status 1).
+A preset that fails is reported and the others still run (exit status 1). The figure also goes to the
+runs' trackers (their ``tracking`` config: TensorBoard by default, ``<out>/tb``) as an image of a tracker
+run named after the prefix, in the same W&B project / MLflow store (``<out>/runs/mlruns``) as the runs.
 """
 
 from __future__ import annotations
@@ -78,10 +80,10 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     import matplotlib
 
     matplotlib.use("Agg")
-    from launch.run.driver import _init_ray, run
-    from launch.tools import compare
+    from launch.analysis import compare
+    from launch.run.driver import init_ray, run
 
-    _init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
+    init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
     frames, report = {}, {"presets": presets, "out": str(out), "lr": lr, "runs": []}
     for preset, cfg in zip(presets, cfgs):
         print(f"[ablation] === {preset}: {cfg.steps} steps, run {cfg.run_id} ===", flush=True)
@@ -95,6 +97,8 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
         report["runs"].append(summarize(preset, result))
     png, csv = compare.write_compare(frames, out)
     report.update(png=str(png), csv=str(csv))
+    report["tracking"] = compare.figures_to_trackers(cfgs[0].tracking, prefix, out, {"ablation": png},
+                                                     store_root=out / "runs", hparams={"presets": presets, "lr": lr})
     (out / "ablation.json").write_text(json.dumps(report, indent=2, default=float))
     return report
 

@@ -16,10 +16,14 @@ dropped and counted as ``too_long``; kept + all-wrong + all-right + too_long = i
 ``--stats_out FILE`` also writes one line per input record (index, id, correct, n, verdict, reward
 reasons; with ``--stats_responses`` the sampled texts), e.g. to look at the pass-rate distribution.
 
-Input: JSONL or parquet with ``--prompt_key`` (problem) and ``--answer_key`` (answer) fields, as
-``rewards.problems.load_problems`` reads them. Prompts are rendered like the training run renders them
-(``launch.run.data.PromptRenderer``: the tokenizer's chat template when it has one, else
-``{problem}\\n``; ``--tiny``: the tiny world's ``Q: {problem}\\nA: ``). vLLM and torch are imported
+Input: JSONL or parquet, as ``rewards.problems.load_problems`` reads it: flat rows with ``--prompt_key``
+(problem) and ``--answer_key`` (answer) fields, or rows in the verl layout (chat-message ``prompt``,
+``reward_model.ground_truth``; detected from the columns, or ``--format verl``), kept unchanged in the
+output. A verl row the reward cannot score is an error naming it, or with ``--bad_rows skip`` is
+dropped and counted as ``rejected`` (kept + all-wrong + all-right + too_long + rejected = input).
+Prompts are rendered like the training run renders them (``launch.run.data.PromptRenderer``: the
+tokenizer's chat template when it has one, else ``{problem}\\n``; ``--tiny``: the tiny world's
+``Q: {problem}\\nA: ``). vLLM and torch are imported
 only after the arguments and the input file have been checked, so errors are instant.
 """
 
@@ -31,11 +35,11 @@ import os
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-Verdict = Literal["kept", "all_wrong", "all_right", "too_long"]
+Verdict = Literal["kept", "all_wrong", "all_right", "too_long", "rejected"]
 
 
 @dataclass
@@ -68,6 +72,7 @@ class FilterReport:
     def summary(self) -> dict:
         return {"input": self.n_input, "kept": self.kept, "dropped_all_wrong": self.counts["all_wrong"],
                 "dropped_all_right": self.counts["all_right"], "dropped_too_long": self.counts["too_long"],
+                "dropped_rejected": self.counts["rejected"],
                 "bad_gold": self.bad_gold, "output": str(self.output), "seconds": round(self.seconds, 1),
                 "generated_tokens": self.tokens}
 
@@ -79,13 +84,22 @@ def verdict(correct: int, n: int) -> Verdict:
     return "all_wrong" if correct == 0 else "all_right" if correct == n else "kept"
 
 
-def read_records(path: str | Path, prompt_key: str, answer_key: str) -> list[dict]:
-    """The input's raw records, checked to hold both fields (errors name the row and the fields)."""
-    from rewards.problems import problems_from_rows, read_rows
+def read_records(path: str | Path, prompt_key: str, answer_key: str, *, format: str = "auto",
+                 bad_rows: str = "fail") -> tuple[list[dict], list]:
+    """The input's raw records and, aligned with them, each one's Problem (None for a rejected verl row).
+    A flat row without both fields, or a rejected row with ``bad_rows="fail"``, raises naming the row."""
+    from rewards.problems import load_problem_set, read_rows
 
-    rows = read_rows(path)
-    problems_from_rows(rows, path, prompt_key, answer_key)    # raises on a missing field / empty file
-    return rows
+    loaded = load_problem_set(path, prompt_key, answer_key, format=format)
+    if loaded.rejected and bad_rows == "fail":
+        raise ValueError(loaded.describe_rejected() + "; --bad_rows skip filters the others")
+    rows = read_rows(loaded.path)
+    problems: list = [None] * len(rows)
+    for index, problem in zip(loaded.indices, loaded.problems):
+        problems[index] = problem
+    if loaded.format == "flat":      # as before verl rows existed: a flat row's own data_source, else none
+        problems = [p and replace(p, data_source=str(r.get("data_source", ""))) for p, r in zip(problems, rows)]
+    return rows, problems
 
 
 def build_engine(model_dir: str, *, n: int, max_model_len: int, batch_prompts: int, dtype: str, seed: int,
@@ -105,9 +119,10 @@ def build_engine(model_dir: str, *, n: int, max_model_len: int, batch_prompts: i
 
 
 def sample_and_score(llm, records: list[dict], prompt_ids: list[list[int] | None], *, n: int, temperature: float,
-                     top_p: float, max_tokens: int, answer_key: str, batch_prompts: int, kind: str | None = None,
+                     top_p: float, max_tokens: int, problems: list, batch_prompts: int, kind: str | None = None,
                      keep_texts: bool = False, log=print) -> tuple[list[PromptResult], int]:
-    """N samples per prompt, scored per group; ``None`` ids mark prompts that do not fit (too_long)."""
+    """N samples per prompt, scored per group; ``None`` ids mark prompts that do not fit (too_long), a
+    ``None`` problem a rejected row (rejected, not sampled)."""
     from vllm import SamplingParams
 
     from rewards.scoring import score_group
@@ -118,19 +133,23 @@ def sample_and_score(llm, records: list[dict], prompt_ids: list[list[int] | None
     tokens, start = 0, time.monotonic()
     for lo in range(0, len(records), batch_prompts):
         idx = list(range(lo, min(lo + batch_prompts, len(records))))
-        todo = [i for i in idx if prompt_ids[i] is not None]
+        todo = [i for i in idx if prompt_ids[i] is not None and problems[i] is not None]
         outs = llm.generate([{"prompt_token_ids": prompt_ids[i]} for i in todo], params, use_tqdm=False) if todo else []
         by_index = dict(zip(todo, outs))
         for i in idx:
             rec = records[i]
             rid = str(rec.get("id", i))
+            if problems[i] is None:
+                results.append(PromptResult(i, rid, 0, n, "rejected"))
+                counts["rejected"] += 1
+                continue
             if i not in by_index:
                 results.append(PromptResult(i, rid, 0, n, "too_long"))
                 counts["too_long"] += 1
                 continue
             texts = [c.text for c in by_index[i].outputs]                      # (n,)
             tokens += sum(len(c.token_ids) for c in by_index[i].outputs)
-            scored = score_group(texts, str(rec[answer_key]), str(rec.get("data_source", "")), kind=kind)
+            scored = score_group(texts, problems[i].answer, problems[i].data_source, kind=kind)
             correct = sum(r.correct for r in scored)
             v = verdict(correct, len(texts))
             counts[v] += 1
@@ -176,6 +195,7 @@ def write_stats(results: list[PromptResult], path: Path) -> None:
 def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str | None = None, n: int = 8,
                       max_tokens: int | None = None, temperature: float = 1.0, top_p: float = 1.0,
                       tiny: bool = False, prompt_key: str = "problem", answer_key: str = "answer",
+                      format: str = "auto", bad_rows: str = "fail",
                       chat_template: bool = True, max_model_len: int | None = None, batch_prompts: int = 64,
                       dtype: str = "auto", seed: int = 0, cpu_kv_cache_gib: int = 1, tensor_parallel_size: int = 1,
                       kind: str | None = None, pass_rate: bool = True, keep_texts: bool = False,
@@ -187,13 +207,13 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
     input, output = Path(input), Path(output)
     if input.resolve() == output.resolve():
         raise ValueError(f"--output {output} would overwrite --input")
-    records = read_records(input, prompt_key, answer_key)
+    records, problems = read_records(input, prompt_key, answer_key, format=format, bad_rows=bad_rows)
     if limit is not None:
-        records = records[:limit]
+        records, problems = records[:limit], problems[:limit]
     template = "{problem}\n"
     if tiny:
-        from launch.tiny.build import ensure_tiny_world
-        from launch.tiny.task import PROMPT_TEMPLATE
+        from launch.worlds.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.task import PROMPT_TEMPLATE
 
         model_dir, template, chat_template = model_dir or str(ensure_tiny_world().model_dir), PROMPT_TEMPLATE, False
         dtype = "float32" if dtype == "auto" else dtype
@@ -208,7 +228,7 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
     from launch.run.data import PromptRenderer
 
     renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir), chat_template, template)
-    ids = [renderer.ids(str(rec[prompt_key])) for rec in records]
+    ids = [renderer.ids(p) if p is not None else [] for p in problems]
     longest = max(len(x) for x in ids) + max_tokens
     if max_model_len is None:
         max_model_len = max(longest, 16)
@@ -221,7 +241,7 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
                        tensor_parallel_size=tensor_parallel_size)
     log(f"[filter] engine ready after {time.monotonic() - start:.0f}s")
     results, tokens = sample_and_score(llm, records, fits, n=n, temperature=temperature, top_p=top_p,
-                                       max_tokens=max_tokens, answer_key=answer_key, batch_prompts=batch_prompts,
+                                       max_tokens=max_tokens, problems=problems, batch_prompts=batch_prompts,
                                        kind=kind, keep_texts=keep_texts, log=log)
     write_kept(records, results, output, pass_rate)
     if stats_out:
@@ -235,10 +255,11 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
 
 def _default_max_tokens(tiny: bool) -> int:
     """The first stage's response budget of the baseline preset (tiny: as --tiny scales it)."""
-    from launch.presets import get_preset, scale_to_tiny
+    from launch.presets import get_preset
+    from launch.worlds import scale_to_world
 
     cfg = get_preset("baseline")
-    return (scale_to_tiny(cfg) if tiny else cfg).data.stages[0].max_tokens
+    return (scale_to_world(cfg, "tiny") if tiny else cfg).data.stages[0].max_tokens
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiny", action="store_true", help="the tiny world: its model, prompt template and budget")
     ap.add_argument("--prompt_key", default="problem")
     ap.add_argument("--answer_key", default="answer")
+    ap.add_argument("--format", choices=["auto", "flat", "verl"], default="auto",
+                    help="input rows: flat (prompt_key/answer_key) or the verl layout; auto: from the columns")
+    ap.add_argument("--bad_rows", choices=["fail", "skip"], default="fail",
+                    help="a verl row the reward cannot score: stop naming it, or drop it as 'rejected'")
     ap.add_argument("--no_chat_template", action="store_true", help="render '{problem}\\n' even if the tokenizer has a chat template")
     ap.add_argument("--max_model_len", type=int, default=None,
                     help="engine context; prompts that do not fit with max_tokens are dropped (default: fit the longest)")
@@ -275,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         report = filter_difficulty(
             args.input, args.output, model_dir=args.model_dir, n=args.n, max_tokens=args.max_tokens,
             temperature=args.temperature, top_p=args.top_p, tiny=args.tiny, prompt_key=args.prompt_key,
-            answer_key=args.answer_key, chat_template=not args.no_chat_template, max_model_len=args.max_model_len,
+            answer_key=args.answer_key, format=args.format, bad_rows=args.bad_rows,
+            chat_template=not args.no_chat_template, max_model_len=args.max_model_len,
             batch_prompts=args.batch_prompts, dtype=args.dtype, seed=args.seed,
             tensor_parallel_size=args.tensor_parallel_size, kind=args.kind, pass_rate=not args.no_pass_rate,
             limit=args.limit, stats_out=args.stats_out, keep_texts=args.stats_responses)
@@ -285,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     s = report.summary()
     print(f"[filter] kept {s['kept']} / {s['input']} | dropped all-wrong {s['dropped_all_wrong']} "
           f"(bad gold {s['bad_gold']}), all-right {s['dropped_all_right']}"
-          + (f", too long {s['dropped_too_long']}" if s["dropped_too_long"] else "") + f" -> {report.output}")
+          + (f", too long {s['dropped_too_long']}" if s["dropped_too_long"] else "")
+          + (f", rejected {s['dropped_rejected']}" if s["dropped_rejected"] else "") + f" -> {report.output}")
     print(json.dumps(s))
     return 0
 

@@ -4,7 +4,10 @@
 Each node stands for a machine of its own:
 
 - every listener gets a free port (gcs, node manager, object manager, the agents, metrics, a
-  private range of worker ports), all on 127.0.0.1 (``--node-ip-address``);
+  private range of worker ports), all on 127.0.0.1 (``--node-ip-address``), all of a node's from
+  one block reserved at once and apart from every other node's: an agent's port can never fall
+  inside a worker-port range (``ray start`` refused one such node: "worker_ports is trying to use a
+  port number 35071 that is used by other components"), and no two nodes share a port;
 - each node has its own ``--temp-dir`` (sessions, sockets, logs, the object store's spill files)
   and its own ``LAGRL_NODE_CACHE`` (where lagrl materialises models): a private "/tmp" per node,
   so nothing passes between nodes through a path by accident;
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-from actors.priority import START_ENV
+from actors.cluster.priority import START_ENV
 from tests.conftest import find_free_port
 
 VENV_BIN = Path(sys.executable).parent
@@ -41,27 +44,49 @@ WORKER_PORTS = 40          # a private range per node: two raylets on one IP mus
 OBJECT_STORE_BYTES = 256 << 20
 
 
-def _free_port_range(n: int) -> tuple[int, int]:
-    """``n`` consecutive ports that are free now (best effort; the ranges of nodes never overlap)."""
+def reserve_ports(n: int, taken: set[int]) -> list[int]:
+    """``n`` consecutive ports, all free now (each bound once to check) and none of ``taken`` (the
+    ports handed to the cluster's other nodes, which Ray may not have bound yet)."""
     import socket
 
     for _ in range(200):
         start = find_free_port()
-        if start + n >= 65000:
+        ports = list(range(start, start + n))
+        if ports[-1] >= 65000 or taken.intersection(ports):
             continue
         socks = []
         try:
-            for p in range(start, start + n):
+            for port in ports:
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return start, start + n - 1
+                s.bind(("127.0.0.1", port))
+            return ports
         except OSError:
             continue
         finally:
             for s in socks:
                 s.close()
     raise RuntimeError(f"no {n} consecutive free ports")
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """Every port of one node, out of one reserved block: the agents', then (head only) the GCS and
+    the Ray client server, then the worker-port range."""
+
+    agents: dict[str, int]
+    workers: tuple[int, int]            # --min-worker-port, --max-worker-port
+    gcs: int | None = None
+    client_server: int | None = None
+
+    @classmethod
+    def reserve(cls, taken: set[int], head: bool) -> NodePorts:
+        ports = reserve_ports(len(AGENT_PORTS) + (2 if head else 0) + WORKER_PORTS, taken)
+        taken.update(ports)
+        agents, rest = dict(zip(AGENT_PORTS, ports)), ports[len(AGENT_PORTS):]
+        gcs, client = (rest[0], rest[1]) if head else (None, None)
+        workers = rest[2:] if head else rest
+        return cls(agents, (workers[0], workers[-1]), gcs, client)
 
 
 @dataclass
@@ -117,22 +142,22 @@ class LocalCluster:
     """Nodes by name; the head first. ``env`` holds the cluster's token and PATH for clients."""
 
     root: Path
-    gcs: str
+    gcs: str                       # 127.0.0.1:PORT, set when the head starts
     env: dict
     nodes: dict[str, Node] = field(default_factory=dict)
+    ports: set[int] = field(default_factory=set)        # every port handed to a node of this cluster
 
     @classmethod
     def start(cls, root: Path, workers: dict[str, dict[str, float]], *, head_cpus: int = 4,
               worker_cpus: int = 4) -> LocalCluster:
         """A head (no custom resources) and ``workers`` (name -> custom resources), all ready."""
-        gcs_port = find_free_port()
         env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "RAY_DEDUP_LOGS": "0",
                "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
         for var in ("RAY_ADDRESS", "REDIS_URL", "LAGRL_NODE_CACHE"):
             env.pop(var, None)
-        cluster = cls(root=root, gcs=f"127.0.0.1:{gcs_port}", env=env)
+        cluster = cls(root=root, gcs="", env=env)
         try:
-            cluster._start_node("head", {}, head_cpus, head=True, gcs_port=gcs_port)
+            cluster._start_node("head", {}, head_cpus, head=True)
             for name, resources in workers.items():
                 cluster.add_node(name, resources, cpus=worker_cpus, wait=False)
             cluster.wait_nodes(timeout_s=180)
@@ -147,21 +172,21 @@ class LocalCluster:
             self.wait_nodes(timeout_s=180)
         return node
 
-    def _start_node(self, name: str, resources: dict[str, float], cpus: int, *, head: bool,
-                    gcs_port: int | None = None) -> Node:
+    def _start_node(self, name: str, resources: dict[str, float], cpus: int, *, head: bool) -> Node:
         # short, private temp dirs: Ray's socket paths must stay under ~107 characters
         temp_dir = Path(tempfile.mkdtemp(prefix=f"lagrl-{name}-", dir="/tmp"))
-        low, high = _free_port_range(WORKER_PORTS)
+        ports = NodePorts.reserve(self.ports, head)
         args = [str(VENV_BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1",
                 "--node-name", name, "--num-cpus", str(cpus), "--num-gpus", "0",
                 "--temp-dir", str(temp_dir), "--object-store-memory", str(OBJECT_STORE_BYTES),
-                "--min-worker-port", str(low), "--max-worker-port", str(high), "--disable-usage-stats",
-                *[f"--{p}={find_free_port()}" for p in AGENT_PORTS]]
+                "--min-worker-port", str(ports.workers[0]), "--max-worker-port", str(ports.workers[1]),
+                "--disable-usage-stats", *[f"--{flag}={port}" for flag, port in ports.agents.items()]]
         if resources:
             args += ["--resources", json.dumps(resources)]
         if head:
-            args += ["--head", "--port", str(gcs_port), "--include-dashboard", "false",
-                     f"--ray-client-server-port={find_free_port()}"]
+            self.gcs = f"127.0.0.1:{ports.gcs}"
+            args += ["--head", "--port", str(ports.gcs), "--include-dashboard", "false",
+                     f"--ray-client-server-port={ports.client_server}"]
         else:
             args += ["--address", self.gcs]
         log_path = self.root / f"ray-{name}.log"

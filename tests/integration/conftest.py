@@ -20,18 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.priority import START_ENV
+from actors.cluster.priority import START_ENV
 from tests.conftest import find_free_port
+from tests.integration.harness import alive_redis, kill_pid
 
 VENV_BIN = Path(sys.executable).parent
-
-
-def _kill_pid(pid: int | None) -> None:
-    if pid:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +34,15 @@ def redis_url(tmp_path_factory):
 
     with EmbeddedRedis(tmp_path_factory.mktemp("redis-module")).start() as server:
         yield server.url
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_world):
+    """The tiny model in the test process: behaviour log-probs and reference computations."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_world.model_dir), dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +64,8 @@ def redis_server(tmp_path_factory):
     try:
         server.stop(timeout_s=10)
     finally:
-        if _alive(pid):
-            _kill_pid(pid)
+        if alive_redis(pid):
+            kill_pid(pid)
 
 
 @pytest.fixture
@@ -81,26 +83,33 @@ def own_redis(tmp_path: Path):
     start.pids = started
     yield start
     for pid in started:
-        if _alive(pid):
-            _kill_pid(pid)
+        if alive_redis(pid):
+            kill_pid(pid)
+
+
+@pytest.fixture
+def kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A private kernel spec running this interpreter (for ``harness.run_notebook``); Jupyter/IPython
+    state kept in tmp, so nothing is registered in the user's Jupyter dirs."""
+    import json
+
+    spec_dir = tmp_path / "jupyter" / "kernels" / "lagrl-venv"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "lagrl venv", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter-runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.delenv("MPLBACKEND", raising=False)     # the kernel's inline backend renders PNGs
+    for var in ("LAGRL_REDIS_URL", "LAGRL_RUN_ID", "LAGRL_RUN_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return "lagrl-venv"
 
 
 @pytest.fixture
 def run_id() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
-
-
-def _alive(pid: int | None) -> bool:
-    """Still our redis-server (not a zombie, not a recycled pid)."""
-    if not pid:
-        return False
-    try:
-        import psutil
-
-        p = psutil.Process(pid)
-        return p.status() != psutil.STATUS_ZOMBIE and "redis-server" in p.name()
-    except Exception:
-        return False
 
 
 @dataclass(frozen=True)

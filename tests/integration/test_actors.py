@@ -70,7 +70,7 @@ def _assert_logprobs_match(model, group, temperature=1.0, atol=2e-3):
 
 def test_ray_workers_run_at_normal_priority(ray_local):
     """Not at Ray's default nice 15, where any normal-priority process on the node starves them
-    (actors.priority): under two spinning processes an engine then took minutes to start."""
+    (actors.cluster.priority): under two spinning processes an engine then took minutes to start."""
     assert ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote()) == 0
 
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from buffer.connection import connect
-from buffer.wire import GatherConnection, GatherPacker, Parts, _send_all
+from buffer.wire import GatherConnection, GatherPacker, Parts, send_all
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def test_send_all_survives_partial_writes():
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        _send_all(a, pieces)
+        send_all(a, pieces)
         reader.join(10)
     finally:
         a.close()

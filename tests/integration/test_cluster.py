@@ -30,8 +30,16 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cluster import LocalCluster
-from tests.integration.processes import DriverProcess
-from tests.integration.test_monitor_notebook import _pngs, kernel_env, run_notebook  # noqa: F401
+from tests.integration.harness import (
+    alive_redis,
+    assert_books,
+    audit_books,
+    kill_pid,
+    metrics_rows,
+    png_count,
+    run_notebook,
+    start_driver,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -64,16 +72,14 @@ def external_redis(tmp_path):
     pid = server.pid
     yield server
     server.stop(timeout_s=20)
-    from tests.integration.conftest import _alive, _kill_pid
-    if _alive(pid):
-        _kill_pid(pid)
+    if alive_redis(pid):
+        kill_pid(pid)
 
 
 def _driver(script: str, cluster: LocalCluster, redis_url: str, tmp_path: Path, run_id: str, args: list[str],
-            tag: str, cache: Path) -> DriverProcess:
-    env = {**cluster.env, "RAY_ADDRESS": cluster.gcs, "REDIS_URL": redis_url, "LAGRL_CACHE": str(cache)}
-    return DriverProcess(script, run_dir=tmp_path / "runs", run_id=run_id, env=env,
-                         log_path=tmp_path / f"driver-{tag}.log", args=["--tiny", *args])
+            tag: str, cache: Path):
+    return start_driver(script, tmp_path, run_id, ["--tiny", *args], log_name=f"driver-{tag}",
+                        env={**cluster.env, "LAGRL_CACHE": str(cache)}, ray_address=cluster.gcs, redis_url=redis_url)
 
 
 def _placed_args(shared: Path, actors: int = 2) -> list[str]:
@@ -83,23 +89,9 @@ def _placed_args(shared: Path, actors: int = 2) -> list[str]:
             "--data.eval_every", "0"]
 
 
-def _metrics(run_path: Path) -> list[dict]:
-    path = run_path / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def _books(url: str, run_id: str):
-    from buffer import connect
-    from buffer.audit import audit
-
-    client = connect(url, wait_s=10)
-    try:
-        books = audit(client, run_id)
-    finally:
-        client.close()
-    print(f"[audit {run_id}] {books.line()}", flush=True)
-    assert books.prompts_lost == 0 and books.groups_lost == 0 and books.duplicates == 0, books.as_dict()
-    assert books.balanced and books.outcomes["trained"] > 0, books.as_dict()
+    books = audit_books(url, run_id, run_id)
+    assert_books(books)
     return books
 
 
@@ -128,7 +120,7 @@ def _assert_placed(run_path: Path, cluster: LocalCluster, actor_nodes: set[str],
 
 # ----------------------------------------------------------------------------- 1. placement
 def test_tiny_runs_on_three_nodes_actors_and_learner_placed_by_resources(clusters, external_redis, tiny_world,
-                                                                         tmp_path, kernel_env):  # noqa: F811
+                                                                         tmp_path, kernel_env):
     cluster = clusters({"gen-1": {"gen": 2}, "train-1": {"train": 1}})
     shared = tmp_path / "shared-storage" / "checkpoints"
     cache = tiny_world.root.parent
@@ -145,7 +137,7 @@ def test_tiny_runs_on_three_nodes_actors_and_learner_placed_by_resources(cluster
         _assert_placed(run.run_path, cluster, {"gen-1"}, "train-1", tiny_world.model_dir)
         assert re.search(r"\[driver\] placement: driver on head .*lagrl-gen-\S+-0 on gen-1 .*learner rank 0 on train-1",
                          run.log()), run.log_tail()
-        metrics = _metrics(run.run_path)
+        metrics = metrics_rows(run.run_path)
         if script == "onpolicy.py":
             assert all(m["lag/max"] == 0 and m["updates"] == 1 for m in metrics)
         else:
@@ -157,7 +149,7 @@ def test_tiny_runs_on_three_nodes_actors_and_learner_placed_by_resources(cluster
 
     # the notebook attaches to the finished run through redis_url.txt (the external server)
     nb, plotted = run_notebook(kernel_env, {"LAGRL_RUN_DIR": str(tmp_path / "runs" / "cluster-onpolicy")})
-    assert plotted["run_id"] == "cluster-onpolicy" and plotted["rows"] >= 6 and _pngs(nb) >= 4, plotted
+    assert plotted["run_id"] == "cluster-onpolicy" and plotted["rows"] >= 6 and png_count(nb) >= 4, plotted
 
 
 # ----------------------------------------------------------------------------- 2. an actor's node dies
@@ -185,11 +177,11 @@ def test_killing_the_node_of_one_actor_the_run_finishes_on_the_other(clusters, e
 
         def both_working():     # two steps done, both actors answered prompts, the doomed one holds some now
             beats = Monitor(client, run_id).actors()
-            return (len(_metrics(run.run_path)) >= 2 and len(pending(doomed)) > 0
+            return (len(metrics_rows(run.run_path)) >= 2 and len(pending(doomed)) > 0
                     and all(beats.get(a, {}).get("prompts_done", 0) > 0 for a in (doomed, survivor)))
         run.wait_for(both_working, "two steps, groups from both actors, prompts held by the doomed one", 400)
         held = pending(doomed)
-        step_at_kill, t_kill = len(_metrics(run.run_path)), time.monotonic()
+        step_at_kill, t_kill = len(metrics_rows(run.run_path)), time.monotonic()
         cluster.nodes["gen-1"].kill()
         beats = Monitor(client, run_id).actors()
         done_at_kill = {a: beats[a]["prompts_done"] for a in (doomed, survivor)}
@@ -223,7 +215,7 @@ def test_learner_node_lost_resumes_on_a_new_node_from_shared_checkpoints(cluster
     home = shared / run_id                  # learner.checkpoint_dir/<run_id>/checkpoints/
     first = _driver("onpolicy.py", cluster, external_redis.url, tmp_path, run_id, args, "first", tiny_world.root.parent)
     try:
-        first.wait_for(lambda: any(m["step"] == every for m in _metrics(first.run_path)), f"step {every}", 400)
+        first.wait_for(lambda: any(m["step"] == every for m in metrics_rows(first.run_path)), f"step {every}", 400)
         assert ckpt_io.latest_checkpoint(home) is not None
         _assert_placed(first.run_path, cluster, {"gen-1"}, "train-1", tiny_world.model_dir)
         cluster.nodes["train-1"].kill()
@@ -235,7 +227,7 @@ def test_learner_node_lost_resumes_on_a_new_node_from_shared_checkpoints(cluster
     latest = ckpt_io.latest_checkpoint(home)
     state = ckpt_io.read_learner_state(latest)
     assert state.step >= every and not (first.run_path / "checkpoints").exists()
-    before = _metrics(first.run_path)
+    before = metrics_rows(first.run_path)
 
     cluster.add_node("train-2", {"train": 1})
     second = _driver("onpolicy.py", cluster, external_redis.url, tmp_path, run_id, args, "second",
@@ -251,7 +243,7 @@ def test_learner_node_lost_resumes_on_a_new_node_from_shared_checkpoints(cluster
     placement = _assert_placed(second.run_path, cluster, {"gen-1"}, "train-2", tiny_world.model_dir)
     assert placement["learner"][0]["model_dir"].startswith(str(cluster.nodes["train-2"].temp_dir))
 
-    after = _metrics(second.run_path)[len(before):]
+    after = metrics_rows(second.run_path)[len(before):]
     lineage = [m["step"] for m in before if m["step"] < state.step] + [m["step"] for m in after]
     print(f"[test] lineage {lineage}", flush=True)
     assert lineage == list(range(steps)), lineage

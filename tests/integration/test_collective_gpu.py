@@ -63,12 +63,13 @@ def test_nccl_protocol_versions_and_faults():
 @needs
 @pytest.mark.skipif(GPUS < 3, reason="the run needs 3 GPUs: the learner and 2 engines")
 def test_onpolicy_tiny_run_on_nccl(tmp_path):
-    from tests.integration.test_collective_run import FAST, _assert_on_policy, _run
+    from tests.integration.harness import TINY_TWO_ACTORS, assert_on_policy, run_to_end
 
     steps = 5
-    summary, rows, log = _run(tmp_path, "gpu", [*FAST, "--steps", str(steps), "--actors.weight_transport", "nccl",
-                                                "--actors.num_gpus", "1", "--learner.device", "cuda",
-                                                "--actors.gpu_memory_utilization", "0.3", "--learner.dtype", "fp32"])
-    _assert_on_policy(rows, steps)
+    summary, rows, log = run_to_end(tmp_path, "gpu", [*TINY_TWO_ACTORS, "--steps", str(steps),
+                                                      "--actors.weight_transport", "nccl", "--actors.num_gpus", "1",
+                                                      "--learner.device", "cuda", "--actors.gpu_memory_utilization",
+                                                      "0.3", "--learner.dtype", "fp32"])
+    assert_on_policy(rows, steps)
     assert "[weights] version 0: group 1 formed with lagrl-gen-gpu-0 (rank 1), lagrl-gen-gpu-1 (rank 2) (nccl" in log
     assert max(r["mismatch/kl_k3"] for r in rows) < 1e-4     # fp32 on both sides: kernel rounding only

@@ -15,49 +15,24 @@ Each run is ``launch/onpolicy.py --tiny`` as a subprocess with its own local Ray
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.integration.processes import DriverProcess
-from tests.integration.test_faults_actor_redis import DriverRun, _assert_books, _audit, _trained_slots
+from tests.integration.harness import (
+    TINY_TWO_ACTORS,
+    DriverRun,
+    assert_books,
+    assert_on_policy,
+    metrics_rows,
+    run_to_end,
+    trained_groups,
+)
 
 pytestmark = pytest.mark.integration
 
-FAST = ["--tiny", "--actors.num_actors", "2", "--data.eval_every", "0", "--data.eval_n", "1",
-        "--data.eval_max_problems", "4"]
 COLLECTIVE = ["--actors.weight_transport", "collective", "--actors.collective.stale_after_s", "5",
               "--actors.collective.heartbeat_s", "0.5"]
-
-
-def _driver(tmp_path: Path, run_id: str, args: list[str]) -> DriverProcess:
-    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
-    env.pop("RAY_ADDRESS", None)
-    env.pop("REDIS_URL", None)
-    return DriverProcess("onpolicy.py", run_dir=tmp_path / "runs", run_id=run_id, args=args, env=env,
-                         log_path=tmp_path / f"{run_id}.log")
-
-
-def _metrics(run_path: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_path / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if "lag/max" in r]
-
-
-def _run(tmp_path: Path, run_id: str, args: list[str], timeout_s: float = 900) -> tuple[dict, list[dict], str]:
-    d = _driver(tmp_path, run_id, args)
-    try:
-        summary = d.finish(timeout_s)
-        return summary, _metrics(d.run_path), d.log()
-    finally:
-        d.close()
-
-
-def _assert_on_policy(rows: list[dict], steps: int) -> None:
-    assert len(rows) == steps
-    assert all(r["mode"] == "on_policy" and r["lag/max"] == 0 and r["lag/straddled"] == 0 for r in rows)
 
 
 STEPS = 6
@@ -66,12 +41,13 @@ STEPS = 6
 @pytest.fixture(scope="module")
 def collective_run(tmp_path_factory):
     """The tiny on-policy run with the collective transport and 2 actors (shared by the tests below)."""
-    return _run(tmp_path_factory.mktemp("collective"), "coll", [*FAST, *COLLECTIVE, "--steps", str(STEPS)])
+    return run_to_end(tmp_path_factory.mktemp("collective"), "coll",
+                      [*TINY_TWO_ACTORS, *COLLECTIVE, "--steps", str(STEPS)])
 
 
 def test_onpolicy_collective_two_actors(collective_run):
     summary, rows, log = collective_run
-    _assert_on_policy(rows, STEPS)
+    assert_on_policy(rows, STEPS)
     assert summary["stop_reason"] == "completed"
     assert "[weights] version 0: group 1 formed with lagrl-gen-coll-0 (rank 1), lagrl-gen-coll-1 (rank 2) (gloo" in log
     assert all(r["weights/transfer_errors"] == 0 for r in rows)
@@ -84,8 +60,8 @@ def test_onpolicy_collective_two_actors(collective_run):
 def test_collective_mismatch_as_small_as_the_object_store(collective_run, tmp_path):
     """The same run with the object store: the collective's mismatch KL is no larger."""
     _, rows, _ = collective_run
-    _, ray_rows, _ = _run(tmp_path, "ray", [*FAST, "--steps", str(STEPS)])
-    _assert_on_policy(ray_rows, STEPS)
+    _, ray_rows, _ = run_to_end(tmp_path, "ray", [*TINY_TWO_ACTORS, "--steps", str(STEPS)])
+    assert_on_policy(ray_rows, STEPS)
     kl, kl_ray = [r["mismatch/kl_k3"] for r in rows], [r["mismatch/kl_k3"] for r in ray_rows]
     print(f"mismatch KL per step: collective {kl}\n                      object store {kl_ray}")
     assert max(kl) <= 10 * max(kl_ray) + 1e-12
@@ -101,7 +77,7 @@ class CollectiveRun(DriverRun):
 def test_actor_killed_mid_run_group_reformed_and_books_balance(tmp_path, own_redis, tiny_world):
     steps = 14
     server = own_redis(tmp_path / "redis-run")
-    run = CollectiveRun(tmp_path, server.url, "kill", [*FAST, *COLLECTIVE, "--steps", str(steps),
+    run = CollectiveRun(tmp_path, server.url, "kill", [*TINY_TWO_ACTORS, *COLLECTIVE, "--steps", str(steps),
                                                        "--buffer.reclaim_idle_ms", "8000"])
     try:
         run.wait_for(lambda: run.steps_done() >= 3, "learner step 3", timeout_s=600)
@@ -110,8 +86,8 @@ def test_actor_killed_mid_run_group_reformed_and_books_balance(tmp_path, own_red
         print(f"[fault] SIGKILL {dead} pid {pid} at step {run.steps_done()} holding {len(held)} prompts", flush=True)
         summary = run.finish(900)
         after = run.log()[before_kill:]
-        rows = _metrics(run.run_path)
-        _assert_on_policy(rows, steps)
+        rows = [r for r in metrics_rows(run.run_path) if "lag/max" in r]
+        assert_on_policy(rows, steps)
         assert summary["stop_reason"] == "completed"
         events = [line for line in after.splitlines() if line.startswith("[weights]")]
         print("\n".join(events))
@@ -125,9 +101,9 @@ def test_actor_killed_mid_run_group_reformed_and_books_balance(tmp_path, own_red
             assert re.search(rf"version {lost.group(1)}: group \d+ formed with {survivor} \(rank 1\) .*{dead} left",
                              after[lost.end():])
             assert sum(r["weights/transfer_errors"] for r in rows) >= 1
-        a = _audit(run, "collective, actor kill")
-        _assert_books(a)
-        assert a.outcomes["trained"] == _trained_slots(run), "a group was trained twice (or its ACK was lost)"
+        a = run.audit("collective, actor kill")
+        assert_books(a)
+        assert a.outcomes["trained"] == trained_groups(run.run_path), "a group was trained twice (or its ACK was lost)"
     finally:
         run.close()
     server.stop()
@@ -136,10 +112,10 @@ def test_actor_killed_mid_run_group_reformed_and_books_balance(tmp_path, own_red
 @pytest.mark.slow
 def test_two_learner_ranks_zero3_collective(tmp_path):
     steps = 5
-    summary, rows, log = _run(tmp_path, "zero3", [*FAST, *COLLECTIVE, "--steps", str(steps),
-                                                   "--learner.num_ranks", "2", "--learner.zero_stage", "3",
-                                                   "--actors.collective.bucket_mb", "1"])   # 2 buckets: 2 gathers
-    _assert_on_policy(rows, steps)
+    summary, rows, log = run_to_end(tmp_path, "zero3", [*TINY_TWO_ACTORS, *COLLECTIVE, "--steps", str(steps),
+                                                        "--learner.num_ranks", "2", "--learner.zero_stage", "3",
+                                                        "--actors.collective.bucket_mb", "1"])   # 2 buckets: 2 gathers
+    assert_on_policy(rows, steps)
     assert "[weights] version 0: group 1 formed with lagrl-gen-zero3-0 (rank 1), lagrl-gen-zero3-1 (rank 2) " \
            "(gloo, 2 buckets)" in log
     kl = [r["mismatch/kl_k3"] for r in rows]

@@ -18,17 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.test_monitor_notebook import _pngs, kernel_env, run_notebook  # noqa: F401
+from tests.integration.harness import metrics_rows, png_count, run_notebook
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 MIN_GAIN = 0.05     # held-out avg@n must beat the step-0 evaluation by this much
-
-
-def _metrics(run_path: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_path / "metrics.jsonl").read_text().splitlines()]
 
 
 def _assert_accuracy_rose(summary: dict) -> None:
@@ -45,7 +41,7 @@ def _assert_accuracy_rose(summary: dict) -> None:
     assert np.mean(later_half) >= first + MIN_GAIN / 2, f"accuracy did not hold its gain: {evals}"
 
 
-def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel_env):  # noqa: F811
+def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel_env):
     address, env = ray_head.dashboard, ray_head.env
     run_dir, run_id = tmp_path / "runs", "onpolicy-e2e"
     runtime_env = {"env_vars": {"LAGRL_CACHE": str(tiny_world.root.parent), "VLLM_CPU_KVCACHE_SPACE": "1"}}
@@ -58,7 +54,7 @@ def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel
 
     run_path = run_dir / run_id
     summary = json.loads((run_path / "summary.json").read_text())
-    metrics = _metrics(run_path)
+    metrics = metrics_rows(run_path)
     assert len(metrics) == summary["steps"] == 60
     assert all(m["mode"] == "on_policy" and m["lag/max"] == 0 for m in metrics)
     assert all(m["updates"] == 1 for m in metrics)
@@ -69,7 +65,7 @@ def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel
     nb, plotted = run_notebook(kernel_env, {"LAGRL_RUN_DIR": str(run_path)})
     assert plotted["run_id"] == run_id and plotted["rows"] >= len(metrics), plotted
     assert plotted["entropy"] > 0 and plotted["reward"] > 0, plotted
-    assert _pngs(nb) == 4
+    assert png_count(nb) == 4
 
 
 def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> None:
@@ -111,7 +107,7 @@ def test_offpolicy_reuse4_tiny_in_process(ray_local, tmp_path, tiny_world):
                           default_preset="offpolicy_reuse4")
     assert cfg.learner.batch.n_sgd == 16 and cfg.learner.loss.eps_high == 0.28
     result = run(cfg)
-    metrics = _metrics(result.run_path)
+    metrics = metrics_rows(result.run_path)
     assert all(m["mode"] == "off_policy" and m["updates"] == 16 for m in metrics)
     assert max(m["lag/max"] for m in metrics) > 0                   # reuse makes lag 0..15, asynchrony more
     assert all(m["lag/max"] <= cfg.learner.max_lag + cfg.learner.batch.n_sgd - 1 for m in metrics)

@@ -13,9 +13,7 @@ consumed twice.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -23,126 +21,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.processes import DriverProcess
+from tests.integration.harness import DriverRun, assert_books, text, trained_groups
 
 pytestmark = pytest.mark.integration
 
-RECLAIM_MS = 4000          # a dead actor's prompts are reclaimed after this idle time (default 60 s)
 # counters that only ever grow (the gauge groups_unconsumed may fall)
 MONOTONE = ("prompts_issued", "prompts_deadlettered", "groups_written", "groups_consumed", "groups_deadlettered",
             "groups_duplicate_dropped", "groups_duplicate_skipped", "groups_trained", "groups_filtered",
             "groups_stale", "groups_already_trained", "groups_evaluated", "deadlettered")
-
-
-class DriverRun(DriverProcess):
-    """The driver as a subprocess (its own session, its own local Ray), watched through the buffer."""
-
-    SCRIPT = "offpolicy_reuse4.py"
-    BASE_ARGS = ("--tiny", "--actors.num_actors", "2", "--buffer.reclaim_idle_ms", str(RECLAIM_MS),
-                 "--data.eval_n", "1", "--data.eval_max_problems", "4", "--data.eval_every", "0")
-
-    def __init__(self, tmp_path: Path, redis_url: str, run_id: str, args: list[str]):
-        from buffer import RunKeys, connect
-
-        self.keys = RunKeys(run_id)
-        self.client = connect(redis_url)
-        env = {**os.environ, "REDIS_URL": redis_url, "RAY_DEDUP_LOGS": "0"}
-        env.pop("RAY_ADDRESS", None)
-        self.started = time.monotonic()
-        super().__init__(self.SCRIPT, run_dir=tmp_path / "runs", run_id=run_id, env=env,
-                         log_path=tmp_path / f"{run_id}.log", args=[*self.BASE_ARGS, *args])
-
-    def steps_done(self) -> int:
-        """Learner steps finished, from the driver's metrics.jsonl. Not the metrics stream's length: the
-        stream is capped (``buffer.metrics_maxlen``; 100 in the soak), so its length stops at the cap,
-        and a 30-minute soak read a 1163 s "stall" from a learner whose longest step took 13.6 s."""
-        from launch.run.summary import read_metrics
-
-        return len(read_metrics(self.run_path / "metrics.jsonl"))
-
-    def wait_for(self, condition, what: str, timeout_s: float = 300.0, poll_s: float = 0.2):
-        return super().wait_for(condition, what, timeout_s, poll_s)
-
-    def finish(self, timeout_s: float = 300.0) -> dict:
-        return super().finish(timeout_s)
-
-    def close(self, grace_s: float = 90.0) -> None:
-        super().close(grace_s)
-        self.client.close()
-
-    # ---- generation actors
-    def live_actors(self, max_age_s: float = 6.0) -> dict[str, dict]:
-        """actor_id -> heartbeat of actors that beat recently from a live GenerationActor process."""
-        from buffer.monitor import Monitor
-
-        return {a: hb for a, hb in Monitor(self.client, self.run_id).actors().items()
-                if hb.get("age_s", 1e9) < max_age_s and _is_generation_actor(hb.get("pid"))}
-
-    def pending_prompts(self, actor_id: str) -> list[str]:
-        rows = self.client.xpending_range(self.keys.prompts, "actors", "-", "+", 10_000, consumername=actor_id)
-        return [_text(r["message_id"]) for r in rows]
-
-    def kill_busiest_actor(self, exclude: str | None = None) -> tuple[str, int, list[str]]:
-        """SIGKILL the live actor (not ``exclude``) holding the most prompts; returns (actor id, pid,
-        the prompts it held)."""
-        def pick():
-            live = {a: hb for a, hb in self.live_actors().items() if a != exclude}
-            held = sorted(((len(self.pending_prompts(a)), a) for a in live), reverse=True)
-            return held and held[0][0] > 0 and (held[0][1], live[held[0][1]]["pid"])
-        actor_id, pid = self.wait_for(pick, "a live actor holding prompts", timeout_s=120)
-        os.kill(pid, signal.SIGKILL)
-        self.wait_for(lambda: not _is_generation_actor(pid), f"actor pid {pid} to die", timeout_s=10)
-        return actor_id, pid, self.pending_prompts(actor_id)   # frozen now: its PEL at death
-
-    def answered_by(self, prompt_entry_ids: list[str]) -> dict[str, int]:
-        """Which actor answered each of these prompts ('unanswered' if none did)."""
-        from buffer.codec import decode_group, decode_prompt
-
-        prompt_ids = {}
-        for eid in prompt_entry_ids:
-            [(_, fields)] = self.client.xrange(self.keys.prompts, eid, eid, count=1)
-            prompt_ids[decode_prompt(fields[b"data"]).prompt_id] = eid
-        by: dict[str, int] = {}
-        for _, fields in self.client.xrange(self.keys.groups):
-            g = decode_group(fields[b"data"])
-            if g.prompt_id in prompt_ids:
-                prompt_ids.pop(g.prompt_id)
-                by[g.actor_id] = by.get(g.actor_id, 0) + 1
-        if prompt_ids:
-            by["unanswered"] = len(prompt_ids)
-        return by
-
-
-def _is_generation_actor(pid) -> bool:
-    try:
-        p = psutil.Process(int(pid))
-        return p.status() != psutil.STATUS_ZOMBIE and "GenerationActor" in " ".join(p.cmdline())
-    except (psutil.Error, TypeError, ValueError):
-        return False
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _audit(run: DriverRun, label: str):
-    from buffer.audit import audit
-
-    a = audit(run.client, run.run_id)
-    print(f"[audit {label}] {a.line()}", flush=True)
-    return a
-
-
-def _assert_books(a) -> None:
-    assert a.prompts_lost == 0 and a.groups_lost == 0 and a.duplicates == 0, a.line()
-    assert a.balanced, a.line()
-    assert a.outcomes["trained"] > 0, a.line()
-
-
-def _trained_slots(run: DriverRun) -> int:
-    """Groups the learner trained on, from its own metrics.jsonl (not from Redis)."""
-    rows = [json.loads(line) for line in (run.run_path / "metrics.jsonl").read_text().splitlines()]
-    return sum(int(r.get("groups/trained", 0)) for r in rows)
 
 
 def _marks(client, run_id: str) -> dict[str, int]:
@@ -151,7 +37,7 @@ def _marks(client, run_id: str) -> dict[str, int]:
     from buffer.scripts import id_key
 
     keys = RunKeys(run_id)
-    counters = {_text(k): int(v) for k, v in client.hgetall(keys.counters).items()}
+    counters = {text(k): int(v) for k, v in client.hgetall(keys.counters).items()}
     out = {k: counters.get(k, 0) for k in MONOTONE}
     for name in ("prompts", "groups", "metrics", "versions"):
         key = getattr(keys, name)
@@ -219,7 +105,7 @@ def test_actor_sigkill_mid_run_prompts_reclaimed_books_balance(tmp_path, own_red
     restarted = run.wait_for(lambda: (hb := run.live_actors().get(actor_id)) and hb["pid"] != pid and hb,
                              f"{actor_id} restarted by Ray", timeout_s=240)
     print(f"[fault] {actor_id} back as pid {restarted['pid']} after {time.monotonic() - killed_at:.0f}s", flush=True)
-    # the driver's local Ray runs its workers at nice 0, a restarted one too (actors.priority)
+    # the driver's local Ray runs its workers at nice 0, a restarted one too (actors.cluster.priority)
     live = run.live_actors()
     assert {a: psutil.Process(int(hb["pid"])).nice() for a, hb in live.items()} == dict.fromkeys(live, 0)
     summary = run.finish()
@@ -228,9 +114,9 @@ def test_actor_sigkill_mid_run_prompts_reclaimed_books_balance(tmp_path, own_red
     by = run.answered_by(held)
     print(f"[fault] the {len(held)} prompts it held were answered by {by}", flush=True)
     assert "unanswered" not in by, by
-    a = _audit(run, "actor kill, end")
-    _assert_books(a)
-    assert a.outcomes["trained"] == _trained_slots(run), "a group was trained twice (or its ACK was lost)"
+    a = run.audit("actor kill, end")
+    assert_books(a)
+    assert a.outcomes["trained"] == trained_groups(run.run_path), "a group was trained twice (or its ACK was lost)"
     print(f"[fault] wall {time.monotonic() - run.started:.0f}s", flush=True)
     server.stop()
 
@@ -258,7 +144,7 @@ def test_redis_sigkill_restart_mid_run(tmp_path, own_redis, driver_runs, tiny_wo
     # loses its window, which `os-crash` simulates.
     steps_at_kill = run.steps_done()
     run.client.client_pause(10_000, all=False)
-    before_audit, before = _audit(run, "before kill"), _marks(run.client, run.run_id)
+    before_audit, before = run.audit("before kill"), _marks(run.client, run.run_id)
     old_pid = server.pid
     server.kill()
     assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
@@ -276,14 +162,14 @@ def test_redis_sigkill_restart_mid_run(tmp_path, own_redis, driver_runs, tiny_wo
 
     summary = run.finish()
     assert summary["steps"] == 8, summary
-    final = _audit(run, f"redis restart ({label}), end")
+    final = run.audit(f"redis restart ({label}), end")
     print(f"[fault] since the kill: prompts issued +{final.prompts_issued - before_audit.prompts_issued}, groups "
           f"written +{final.groups_written - before_audit.groups_written}, consumed "
           f"+{final.groups_consumed - before_audit.groups_consumed}, late duplicates dropped "
           f"+{final.groups_duplicate_dropped - before_audit.groups_duplicate_dropped}; step at kill {steps_at_kill}; "
           f"wall {time.monotonic() - run.started:.0f}s", flush=True)
-    _assert_books(final)
-    slots = _trained_slots(run)
+    assert_books(final)
+    slots = trained_groups(run.run_path)
     print(f"[fault] learner trained {slots} groups, {final.outcomes['trained']} effective trained ACKs", flush=True)
     if not os_crash:    # os-crash rolls the counters back too: trained ACKs counted before the cut are gone
         assert final.outcomes["trained"] == slots, "a group was trained twice (or its ACK was lost)"
@@ -349,7 +235,7 @@ def test_soak_actor_kills_memory_bounded(tmp_path, own_redis, driver_runs, tiny_
             next_kill = time.monotonic() + kill_every
         time.sleep(2.0)
     summary = run.finish(timeout_s=60)
-    a = _audit(run, "soak, end")
+    a = run.audit("soak, end")
 
     warm = [s for s in samples if s[2] >= 2 * retention] or samples[len(samples) // 3:]
     third = max(len(warm) // 3, 1)
@@ -364,8 +250,8 @@ def test_soak_actor_kills_memory_bounded(tmp_path, own_redis, driver_runs, tiny_
           f"replacements after {replaced} s; longest learner stall {longest_stall:.0f}s", flush=True)
     assert kills, "no actor was killed: the soak was too short for LAGRL_SOAK_KILL_EVERY_S"
     assert summary["steps"] > 0
-    _assert_books(a)
-    assert a.outcomes["trained"] == _trained_slots(run), "a group was trained twice (or its ACK was lost)"
+    assert_books(a)
+    assert a.outcomes["trained"] == trained_groups(run.run_path), "a group was trained twice (or its ACK was lost)"
     assert len(replaced) >= len(kills) - (dead is not None), f"killed {kills}, replaced only {replaced}"
     assert longest_stall <= max_stall_s, f"the learner stalled {longest_stall:.0f}s > {max_stall_s:.0f}s"
     assert final <= 1.5 * first, f"Redis memory grew: {first} -> {final} bytes"

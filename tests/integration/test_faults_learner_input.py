@@ -39,7 +39,7 @@ import psutil
 import pytest
 
 from rewards.workers import RewardPool
-from tests.integration.processes import DriverProcess
+from tests.integration.harness import audit_books, finished_run_audit, metrics_rows, start_driver
 
 pytestmark = pytest.mark.integration
 
@@ -49,30 +49,6 @@ RAISE_SOURCE = "fault:raising_scorer"     # data_source for which the test's rew
 
 
 # ----------------------------------------------------------------------------- helpers
-def _metrics(run_path: Path) -> list[dict]:
-    path = run_path / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _audit(url: str, run_id: str):
-    from buffer import connect
-    from buffer.audit import audit
-
-    client = connect(url, wait_s=5)
-    try:
-        return audit(client, run_id)
-    finally:
-        client.close()
-
-
-def _finished_run_audit(run_path: Path, run_id: str):
-    """The books of a finished run: its redis-server (stopped by the driver) restarted from the AOF."""
-    from buffer.server import EmbeddedRedis
-
-    with EmbeddedRedis.attach_or_start(run_path) as server:
-        return _audit(server.url, run_id)
-
-
 def _stop_run_redis(run_path: Path) -> None:
     """Stop the embedded redis-server a killed driver left running in ``run_path`` (that pid only)."""
     from buffer.server import EmbeddedRedis
@@ -83,12 +59,10 @@ def _stop_run_redis(run_path: Path) -> None:
         server.start().stop(timeout_s=20)     # adopts the live server, then a clean shutdown
 
 
-def _driver(tmp_path: Path, ray_address: str, env: dict, run_id: str, args: list[str], tag: str) -> DriverProcess:
+def _driver(tmp_path: Path, ray_address: str, env: dict, run_id: str, args: list[str], tag: str):
     """`launch/onpolicy.py --tiny` joined to the test's Ray head, with its own embedded Redis."""
-    env = {**env, "RAY_ADDRESS": ray_address}
-    env.pop("REDIS_URL", None)
-    return DriverProcess("onpolicy.py", run_dir=tmp_path / "runs", run_id=run_id, args=["--tiny", *args], env=env,
-                         log_path=tmp_path / f"driver-{tag}.log")
+    return start_driver("onpolicy.py", tmp_path, run_id, ["--tiny", *args], log_name=f"driver-{tag}", env=env,
+                        ray_address=ray_address)
 
 
 # ----------------------------------------------------------------------------- 1. learner death
@@ -106,7 +80,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
     try:
         # a checkpoint exists (after step index every-1) and the step after it is done: step `every`
         # is trained but not checkpointed, and step every+1 is in progress when the driver dies
-        first.wait_for(lambda: any(m["step"] == every for m in _metrics(run_path)),
+        first.wait_for(lambda: any(m["step"] == every for m in metrics_rows(run_path)),
                        f"step {every} to finish", timeout_s=400)
         latest = ckpt_io.latest_checkpoint(run_path)
         assert latest is not None and latest.name == f"step_{every:06d}", latest
@@ -115,9 +89,9 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
         first.close()
     killed_at = time.monotonic() - t0
     url = (run_path / "redis_url.txt").read_text().strip()
-    before = _metrics(run_path)
+    before = metrics_rows(run_path)
     state = ckpt_io.read_learner_state(latest)
-    at_kill = _audit(url, run_id)
+    at_kill = audit_books(url, run_id)
     print(f"[test] SIGKILL after {killed_at:.0f}s: metrics steps {[m['step'] for m in before]}, "
           f"checkpoint {latest.name} (version {state.version}, stream {state.stream_position})")
     print(f"[audit at kill] {at_kill.line()}")
@@ -138,7 +112,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
 
         # lineage: steps 0..every-1 from the first incarnation (in the checkpoint), every..steps-1 from
         # the second; each exactly once, in order
-        after = _metrics(run_path)[len(before):]
+        after = metrics_rows(run_path)[len(before):]
         lineage = [m["step"] for m in before if m["step"] < state.step] + [m["step"] for m in after]
         print(f"[test] second run steps {[m['step'] for m in after]}; lineage {lineage}; "
               f"versions {[m['version'] for m in after]}")
@@ -152,7 +126,7 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
         final = ckpt_io.read_learner_state(ckpt_io.latest_checkpoint(run_path))
         assert (final.step, final.version) == (steps, steps)
 
-        books = _finished_run_audit(run_path, run_id)
+        books = finished_run_audit(run_path, run_id)
         print(f"[audit] {books.line()}")
         assert books.prompts_lost == 0 and books.groups_lost == 0 and books.duplicates == 0, books.as_dict()
         assert books.balanced, books.as_dict()
@@ -203,7 +177,7 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
     from launch.cli import build_config
     from launch.run.data import PromptRenderer
     from launch.run.driver import run
-    from launch.tiny.task import PROMPT_TEMPLATE
+    from launch.worlds.tiny.task import PROMPT_TEMPLATE
 
     monkeypatch.setattr(rewards.workers, "RewardPool", RaisingRewardPool)
     max_bytes, steps, run_id = 64 << 10, 4, "bad-input"
@@ -235,7 +209,7 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
         raise found["error"]
     assert found.get("exposure_checked") and found.get("injected"), "the run finished before the injection"
     bad = found["bad"]
-    metrics = _metrics(run_path)
+    metrics = metrics_rows(run_path)
     assert [m["step"] for m in metrics] == list(range(steps))
 
     from buffer.audit import audit
@@ -295,7 +269,7 @@ def _inject(run_path: Path, run_id: str, cfg, renderer, found: dict) -> None:
     url = (run_path / "redis_url.txt").read_text().strip()
     _check_redis_exposure(run_path, url)
     found["exposure_checked"] = True
-    while not _metrics(run_path):
+    while not metrics_rows(run_path):
         assert time.monotonic() < deadline, "no step 0 after 300 s"
         time.sleep(0.2)
     buf = RunBuffer.from_url(url, run_id, cfg.buffer)
@@ -354,9 +328,9 @@ _RAY_PROBE = """
 import json, os, sys, time
 import psutil
 from launch.cli import build_config
-from launch.run.driver import _init_ray
+from launch.run.driver import init_ray
 cfg, _ = build_config(["--tiny"], default_preset="onpolicy")
-_init_ray(cfg)
+init_ray(cfg)
 import ray
 @ray.remote(num_cpus=0)
 def pid():
@@ -390,7 +364,7 @@ RAY_INTERNAL = ("gcs_server", "raylet", "ray::", "autoscaler", "dashboard/dashbo
 
 
 def test_local_ray_started_by_the_driver_exposure(tmp_path):
-    """`_init_ray` (no RAY_ADDRESS): the listening sockets of the Ray processes it starts (the
+    """`init_ray` (no RAY_ADDRESS): the listening sockets of the Ray processes it starts (the
     descendants of the probe process). Asserted: no dashboard HTTP server, and everything that is
     not on 127.0.0.1 is one of Ray's internal servers (the residual exposure above, printed)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REDIS_URL")}
@@ -418,7 +392,7 @@ def test_sandbox_cannot_reach_the_run_redis_or_the_network(own_redis):
     limits = SandboxLimits(timeout_s=3.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
     isolation = isolation_report(limits)
     if "net" not in isolation:
-        pytest.skip(f"no network namespace on this host ({isolation}); rewards/sandbox.py documents "
+        pytest.skip(f"no network namespace on this host ({isolation}); rewards/sandbox/runner.py documents "
                     "that the fallback has no network isolation")
     server = own_redis()
     import redis as redis_py

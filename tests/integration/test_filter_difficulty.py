@@ -87,3 +87,36 @@ def test_cli_errors_before_any_engine(tmp_path, content, message):
                           timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_filter_reads_the_verl_layout_and_scores_code_in_the_sandbox(code_world, tmp_path):
+    """The code world's held-out set (verl rows: chat messages, math and code ground truths) plus one row
+    the sandbox cannot run: the model's own chat template renders the prompts, code is scored in the
+    sandbox, the bad row is counted as rejected, kept rows come back unchanged."""
+    from rewards.result import CODE_REASONS, MATH_REASONS
+
+    rows = [json.loads(line) for line in code_world.val_path.read_text().splitlines()][:40]
+    bad = {**rows[0], "reward_model": {"style": "rule", "ground_truth": [{"type": "file", "input": "a", "output": "b"}]},
+           "data_source": "code_oneliner"}
+    rows.append(bad)
+    src, out, stats_path = tmp_path / "in.jsonl", tmp_path / "kept.jsonl", tmp_path / "stats.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = [sys.executable, "-m", "launch.tools.filter_difficulty", "--model_dir", str(code_world.model_dir),
+            "--input", str(src), "--output", str(out), "--n", str(N), "--max_tokens", "32", "--dtype", "float32"]
+    refused = subprocess.run(base, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "row 41: test 0 has type 'file'" in refused.stderr, refused.stderr[-2000:]
+    proc = subprocess.run(base + ["--bad_rows", "skip", "--stats_out", str(stats_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    stats = [json.loads(line) for line in stats_path.read_text().splitlines()]
+    assert summary["input"] == len(rows) and summary["dropped_rejected"] == 1 and stats[-1]["verdict"] == "rejected"
+    assert summary["kept"] + summary["dropped_all_wrong"] + summary["dropped_all_right"] + 1 == len(rows)
+    for s, row in zip(stats[:-1], rows):
+        allowed = CODE_REASONS if row["data_source"] == "code_oneliner" else MATH_REASONS
+        assert set(s["reasons"]) <= allowed and sum(s["reasons"].values()) == N, (s, row["data_source"])
+    code_correct = sum(s["correct"] for s, r in zip(stats, rows) if r["data_source"] == "code_oneliner")
+    assert code_correct > 0                       # the policy's programs pass the sandbox's tests sometimes
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [{k: v for k, v in r.items() if k != "pass_rate"} for r in kept] == \
+        [rows[s["index"]] for s in stats if s["verdict"] == "kept"]

@@ -19,6 +19,8 @@ import json
 
 import pytest
 
+from tests.integration.harness import metrics_rows
+
 pytestmark = pytest.mark.integration
 
 
@@ -36,7 +38,7 @@ def _guarded_run(tmp_path, run_id: str, steps: int, rule_args: list[str]):
                            *[x for kv in off.items() for x in kv], *rule_args,
                            "--learner.guard.persist_steps", "1"], default_preset="offpolicy_guarded")
     result = run(cfg)
-    rows = [json.loads(line) for line in (result.run_path / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(result.run_path)
     events = [r["guard/event"] for r in rows if "guard/event" in r]
     print(" | ".join(e["message"] for e in events))
     return cfg, result, rows, events

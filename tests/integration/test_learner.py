@@ -15,110 +15,45 @@ import numpy as np
 import pytest
 import torch
 
-from buffer.messages import Group, Response
 from buffer.server import EmbeddedRedis
 from buffer.telemetry import decode_metrics_entry
 from learner.advantages import compute_advantages
 from learner.batching import Row, collate, rows_from_groups
-from learner.config import AdaptiveEntropy, BatchConfig, PolicyLossConfig
+from learner.config import AdaptiveEntropy, PolicyLossConfig
 from learner.errors import PolicyLagError
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import PolicyLossInputs, policy_loss
 from learner.trainer_config import LearnerConfig
+from tests.integration.learner_setup import (
+    GS,
+    LR,
+    learner_cfg,
+    make_buffer,
+    make_groups,
+    make_learner,
+    max_diff,
+    set_weights,
+    update_error,
+)
 
 pytestmark = pytest.mark.integration
-
-GS = 4            # responses per group
-# Large enough to see one update, small enough that Adam's first (sign-like) step stays in the
-# first-order regime: at 1e-4 the tiny world built on an AVX-512 machine overshoots (the surrogate
-# loss rose by 0.06 where the first-order change was -0.09); at 1e-5 they agree (-0.008 vs -0.009).
-LR = 1e-5
-# Adam moves an entry by ~lr * g / (|g| + eps) whatever |g| is: with the default eps 1e-8, entries whose
-# gradient is at fp32 summation noise (~1e-8 here: micro-batch and rank order) take random steps of
-# up to lr. An eps 100x that noise keeps the tests' comparisons about the gradient, not the noise.
-ADAM_EPS = 1e-6
-_ids = itertools.count()
-
-
-def learner_cfg(**kw) -> LearnerConfig:
-    """A small learner config; batch sizes (rollout_batch, mini_batch, n_reuse, shuffle) may be given flat."""
-    batch = dict(rollout_batch=4, mini_batch=4) | {k: kw.pop(k) for k in list(kw) if k in BatchConfig.model_fields}
-    base = dict(lr=LR, adam_eps=ADAM_EPS, weight_decay=0.0, grad_clip=1.0, zero_stage=0, num_ranks=1,
-                micro_batch_tokens=48,
-                checkpoint_every=0, block_ms=100, data_timeout_s=60.0)
-    return LearnerConfig(**(base | kw), batch=BatchConfig(**batch))
-
-
-@pytest.fixture(scope="module")
-def world():
-    from launch.tiny.build import ensure_tiny_world
-    return ensure_tiny_world()
 
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
+    """This module's redis-server, without fsync: the learner tests write many small entries."""
     with EmbeddedRedis(tmp_path_factory.mktemp("learner-redis"), appendfsync="no") as server:
         yield server.url
 
 
 @pytest.fixture(scope="module")
-def policy(world):
-    """The tiny model in the test process: behaviour log-probs and reference computations."""
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(str(world.model_dir), dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def ranks(ray_local, world, tmp_path_factory):
+def ranks(ray_local, tiny_world, tmp_path_factory):
     from learner.rank_actor import RankGroup
-    group = RankGroup(learner_cfg(), world.model_dir, GS)
+    group = RankGroup(learner_cfg(), tiny_world.model_dir, GS)
     group.init_ckpt = tmp_path_factory.mktemp("init-state") / "ckpt"
-    group.call("save_checkpoint", str(group.init_ckpt), str(world.model_dir))
+    group.call("save_checkpoint", str(group.init_ckpt), str(tiny_world.model_dir))
     yield group
     group.shutdown()
-
-
-def make_buffer(url: str, name: str):
-    from buffer import RunBuffer
-    return RunBuffer.from_url(url, f"lt-{name}-{next(_ids)}")
-
-
-def make_learner(cfg, buf, world, run_dir, ranks):
-    from actors.transport.object_store import RayObjectStoreTransport
-    from learner.loop import Learner
-    return Learner(cfg, buffer=buf, model_dir=world.model_dir, run_dir=run_dir, ranks=ranks,
-                   transport=RayObjectStoreTransport(buf.run_id), temperature=1.0, group_size=GS)
-
-
-def set_weights(model, state: dict[str, torch.Tensor]) -> None:
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}   # tied to the embeddings
-
-
-def make_groups(model, n: int, version: int, seed: int, *, rewards=None) -> list[Group]:
-    """n groups of GS random responses; behaviour log-probs from ``model`` at temperature 1."""
-    rng = np.random.default_rng(seed)
-    vocab = model.config.vocab_size
-    groups = []
-    for i in range(n):
-        rw = rewards if rewards is not None else rng.permutation([0.0, 1.0] + list(rng.integers(0, 2, GS - 2) * 1.0))
-        tokens = [rng.integers(3, vocab, int(rng.integers(3, 11))).astype(np.int32) for _ in rw]
-        responses = [Response(t, np.zeros(len(t), np.float32), "stop", version, version, float(r))
-                     for t, r in zip(tokens, rw)]
-        gid = f"s{seed}-g{i}-{next(_ids)}"
-        groups.append(Group(gid, gid, "synthetic", 0, rng.integers(3, vocab, int(rng.integers(3, 7))).astype(np.int32),
-                            "1", responses, "test-actor"))
-    rows = rows_from_groups(groups, [np.zeros(GS)] * n, [np.ones(GS, bool)] * n)
-    with torch.no_grad():
-        mb = collate(rows, list(range(len(rows))))
-        logp, _ = logprobs_and_entropy(model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits,
-                                       mb.targets)                                         # (B, L)
-    k = 0
-    for g in groups:
-        for r in g.responses:
-            r.logprobs = logp[k][mb.loss_mask[k]].numpy().astype(np.float32)
-            k += 1
-    return groups
 
 
 def mini_batch_loss(model, groups, cfg: LearnerConfig) -> torch.Tensor:
@@ -137,23 +72,11 @@ def mini_batch_loss(model, groups, cfg: LearnerConfig) -> torch.Tensor:
     return policy_loss(inputs, cfg.loss, mb.num_loss_tokens, 0.0)[0]
 
 
-def max_diff(a: dict, b: dict) -> float:
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-def update_error(w: dict, ref: dict, init: dict) -> float:
-    """||w - ref|| / ||ref - init|| over all parameters: relative error of an update."""
-    num = sum(float((w[k] - ref[k]).square().sum()) for k in ref)
-    den = sum(float((ref[k] - init[k]).square().sum()) for k in ref)
-    return (num / den) ** 0.5
-
-
 # ------------------------------------------------------------------------------------------------
-def test_one_update_changes_params_and_lowers_loss(ranks, world, redis_url, policy, run_dir):
+def test_one_update_changes_params_and_lowers_loss(ranks, tiny_world, redis_url, policy, run_dir):
     cfg = learner_cfg(mode="on_policy")
     buf = make_buffer(redis_url, "update")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     v0, before = learner.version, learner.full_state_dict()
     set_weights(policy, before)
     groups = make_groups(policy, 4, v0, seed=1)
@@ -174,7 +97,7 @@ def test_one_update_changes_params_and_lowers_loss(ranks, world, redis_url, poli
     assert buf.pending_groups(cfg.consumer) == []                    # checkpoint_every=0: ACKed after the step
 
 
-def test_one_and_two_ranks_give_the_same_update(ranks, world, redis_url, policy, tmp_path):
+def test_one_and_two_ranks_give_the_same_update(ranks, tiny_world, redis_url, policy, tmp_path):
     """Same global batch, 2 updates, many uneven micro-batches: 1 rank (ZeRO-0) == 2 ranks (ZeRO-2)
     == plain torch on the full mini-batch (AdamW, clip 1.0 on the full gradient)."""
     from learner.rank_actor import RankGroup
@@ -198,14 +121,14 @@ def test_one_and_two_ranks_give_the_same_update(ranks, world, redis_url, policy,
         opt.step()
     reference = {k: v.detach().clone() for k, v in policy.named_parameters()}
 
-    two = RankGroup(cfg2, world.model_dir, GS)
+    two = RankGroup(cfg2, tiny_world.model_dir, GS)
     try:
         results = {}
         for name, cfg, group in (("one", cfg1, ranks), ("two", cfg2, two)):
             buf = make_buffer(redis_url, f"dp-{name}")
             for g in groups:
                 buf.put_group(g)
-            learner = make_learner(cfg, buf, world, tmp_path / name, group)
+            learner = make_learner(cfg, buf, tiny_world, tmp_path / name, group)
             results[name] = (learner.step(), learner.full_state_dict())
     finally:
         two.shutdown()
@@ -222,10 +145,10 @@ def test_one_and_two_ranks_give_the_same_update(ranks, world, redis_url, policy,
     assert update_error(w1, w2, init) < 1e-3
 
 
-def test_on_policy_raises_on_lag(ranks, world, redis_url, policy, run_dir):
+def test_on_policy_raises_on_lag(ranks, tiny_world, redis_url, policy, run_dir):
     cfg = learner_cfg(mode="on_policy")
     buf = make_buffer(redis_url, "onpolicy")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     set_weights(policy, learner.full_state_dict())
     if learner.version == 0:                                               # need a version to lag behind
         for g in make_groups(policy, 4, 0, seed=3):
@@ -250,13 +173,13 @@ def test_on_policy_raises_on_lag(ranks, world, redis_url, policy, run_dir):
     assert ranks.version() == v
 
 
-def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, world, redis_url, policy, run_dir):
+def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, tiny_world, redis_url, policy, run_dir):
     from actors.transport.object_store import RayObjectStoreTransport
 
     cfg = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=1, n_reuse=4, sync_interval=4,
                       loss=PolicyLossConfig(eps_low=0.2, eps_high=0.28))
     buf = make_buffer(redis_url, "reuse")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     v0 = learner.version
     set_weights(policy, learner.full_state_dict())
     valid = make_groups(policy, 4, v0, seed=5)
@@ -305,14 +228,14 @@ def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, world,
         assert key in rows[1], key
 
 
-def test_groups_delivered_again_after_redis_forgot_are_never_retrained(ranks, world, redis_url, policy, run_dir):
+def test_groups_delivered_again_after_redis_forgot_are_never_retrained(ranks, tiny_world, redis_url, policy, run_dir):
     """A Redis restart past its fsync window can forget deliveries and ACKs: the same entries come
     back through XREADGROUP. Trained ones are skipped (ACKed as already_trained), never retrained."""
     from buffer.audit import audit
 
     cfg = learner_cfg(mode="off_policy", max_lag=4, checkpoint_every=2)
     buf = make_buffer(redis_url, "redeliver")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     set_weights(policy, learner.full_state_dict())
     first = make_groups(policy, 4, learner.version, seed=21)
     for g in first:
@@ -341,13 +264,13 @@ def test_groups_delivered_again_after_redis_forgot_are_never_retrained(ranks, wo
     assert a.outcomes["trained"] == 8 and a.outcomes["already_trained"] == 8 and a.duplicates == 0, a.line()
 
 
-def test_future_versions_wait_or_are_dead_lettered(ranks, world, redis_url, policy, run_dir):
+def test_future_versions_wait_or_are_dead_lettered(ranks, tiny_world, redis_url, policy, run_dir):
     """As after a restore: the buffer holds version v+2 published by a crashed learner, the learner
     is at v. A group sampled with v+2 waits until the learner gets there; one claiming a version
     nobody published is dead-lettered; intermediate versions are not published backwards."""
     cfg = learner_cfg(mode="off_policy", max_lag=4, rollout_batch=2, mini_batch=2)
     buf = make_buffer(redis_url, "future")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     v = learner.version
     buf.publish_version(v + 2, "ray://crashed-learner/0")
     set_weights(policy, learner.full_state_dict())
@@ -366,10 +289,10 @@ def test_future_versions_wait_or_are_dead_lettered(ranks, world, redis_url, poli
     assert buf.is_consumed(ahead.group_id) and m3["lag/hist"] == {"0": GS, "2": GS}   # ahead, fresh[4]
 
 
-def test_recompute_old_logprobs_and_kl(ranks, world, redis_url, policy, run_dir):
+def test_recompute_old_logprobs_and_kl(ranks, tiny_world, redis_url, policy, run_dir):
     cfg = learner_cfg(mode="on_policy", old_logprobs="recompute", loss=PolicyLossConfig(kl_beta=1e-3))
     buf = make_buffer(redis_url, "recompute")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     set_weights(policy, ranks.call("full_state_dict")[0])
     for g in make_groups(policy, 4, learner.version, seed=10):
         for r in g.responses:
@@ -380,7 +303,7 @@ def test_recompute_old_logprobs_and_kl(ranks, world, redis_url, policy, run_dir)
     assert m["kl/mean"] >= 0.0 and np.isfinite(m["kl/mean"])
 
 
-def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy, run_dir, monkeypatch):
+def test_resume_reproduces_the_next_step_exactly(ranks, tiny_world, redis_url, policy, run_dir, monkeypatch):
     """Checkpoint at step 2, crash after step 3: the restarted learner retrains step 3's pending
     groups to bit-identical weights. Crash between checkpoint 4 and its ACK: the restarted learner
     ACKs and skips the covered groups and trains only new ones."""
@@ -388,7 +311,7 @@ def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy
                       entropy=AdaptiveEntropy(target=10.0, delta=1e-3, c_init=1e-3, c_max=1e-2))
     name = "resume"
     buf = make_buffer(redis_url, name)
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     v0 = learner.version
     set_weights(policy, learner.full_state_dict())
     batches = [make_groups(policy, 4, v0, seed=20 + s) for s in range(5)]
@@ -403,7 +326,7 @@ def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy
     # "crash" after step 3; a new learner on the same run dir and consumer
     from buffer import RunBuffer
     buf2 = RunBuffer.from_url(redis_url, buf.run_id)
-    resumed = make_learner(cfg, buf2, world, run_dir, ranks)
+    resumed = make_learner(cfg, buf2, tiny_world, run_dir, ranks)
     assert resumed.version == v0 + 4 and resumed.steps_done == 2
     r3 = resumed.step()
     assert r3["version"] == m3["version"] and max_diff(resumed.full_state_dict(), w3) == 0.0
@@ -430,7 +353,7 @@ def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy
 
     from actors.transport.object_store import RayObjectStoreTransport
     from learner.loop import Learner
-    again = Learner.from_url(cfg, buffer_url=redis_url, run_id=buf.run_id, model_dir=world.model_dir,
+    again = Learner.from_url(cfg, buffer_url=redis_url, run_id=buf.run_id, model_dir=tiny_world.model_dir,
                              run_dir=run_dir, transport=RayObjectStoreTransport(buf.run_id), ranks=ranks,
                              temperature=1.0, group_size=GS)
     buf3 = again.buffer
@@ -447,7 +370,7 @@ def test_resume_reproduces_the_next_step_exactly(ranks, world, redis_url, policy
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_000004", "step_000005"]
 
 
-def test_corrections_see_the_behaviour_logprobs(ranks, world, redis_url, policy, run_dir):
+def test_corrections_see_the_behaviour_logprobs(ranks, tiny_world, redis_url, policy, run_dir):
     """Recompute + truncated IS: pi_old is the learner's, mu the actors' (shifted here by -0.5, so
     pi_old / mu = e^0.5 = 1.65 on every token, under the cap C = 2): the loss is weighted by it and the
     behaviour mismatch is reported."""
@@ -456,7 +379,7 @@ def test_corrections_see_the_behaviour_logprobs(ranks, world, redis_url, policy,
     cfg = learner_cfg(mode="off_policy", max_lag=4, old_logprobs="recompute",
                       loss=PolicyLossConfig(correction=TruncatedIS(cap=2.0)))
     buf = make_buffer(redis_url, "tis")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     set_weights(policy, ranks.call("full_state_dict")[0])
     for g in make_groups(policy, 4, learner.version, seed=11):
         for r in g.responses:

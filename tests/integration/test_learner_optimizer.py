@@ -1,7 +1,7 @@
 """The learner's optimizer (learner.optimizer) in real DeepSpeed engines on CPU, ZeRO-0 and ZeRO-2: the
 same updates as DeepSpeed's config-built AdamW the learner used before, a checkpoint resume restores
 the optimizer state exactly, and DeepSpeed's shared-memory comm op is neither built nor loaded
-(learner.distributed). One subprocess (tests/deepspeed_optimizer_check.py), ~30 s."""
+(learner.deepspeed_kit.init_distributed). One subprocess (tests/deepspeed_optimizer_check.py), ~30 s."""
 
 from __future__ import annotations
 

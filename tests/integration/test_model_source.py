@@ -1,4 +1,4 @@
-"""The model reaches processes through Ray (actors.model_source), and a process that cannot reach
+"""The model reaches processes through Ray (actors.cluster.model_source), and a process that cannot reach
 it fails naming the path and the node. Real Ray (the session's local one), real files.
 
 - object_store: the driver puts the tiny model's files into the object store; a Ray actor whose
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.model_source import COMPLETE, ModelSource, ModelUnavailable, model_files, share_model
+from actors.cluster.model_source import COMPLETE, ModelSource, ModelUnavailable, model_files, share_model
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def _resolver(ray, cache: Path):
     @ray.remote(num_cpus=0)
     class Resolver:
         def resolve(self, source):
-            from actors.model_source import resolve_model_dir
+            from actors.cluster.model_source import resolve_model_dir
             return resolve_model_dir(source), os.getpid()
 
         def node(self):

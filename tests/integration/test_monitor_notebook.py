@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -25,58 +24,12 @@ import pytest
 from buffer.messages import Group, Response
 from buffer.server import EmbeddedRedis
 from buffer.streams import RunBuffer
+from tests.integration.harness import png_count, run_notebook
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-NOTEBOOK = REPO / "notebooks" / "monitor.ipynb"
 RUN_ID = "tiny-monitor-test"
 FIGURES = ("entropy", "reward", "length", "clip", "lag_hist", "lag", "actors", "trained", "samples")
-
-
-@pytest.fixture
-def kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A private kernel spec running this interpreter; Jupyter/IPython state kept in tmp."""
-    spec_dir = tmp_path / "jupyter" / "kernels" / "lagrl-venv"
-    spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "lagrl venv", "language": "python"}))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter-runtime"))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.delenv("MPLBACKEND", raising=False)     # the kernel's inline backend renders PNGs
-    for var in ("LAGRL_REDIS_URL", "LAGRL_RUN_ID", "LAGRL_RUN_DIR"):
-        monkeypatch.delenv(var, raising=False)
-    return "lagrl-venv"
-
-
-def run_notebook(kernel_name: str, env: dict[str, str], timeout_s: int = 180):
-    """Execute the notebook with ``env`` set; returns (executed notebook, summary dict)."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)                   # the kernel inherits the environment at start
-    try:
-        NotebookClient(nb, kernel_name=kernel_name, timeout=timeout_s, startup_timeout=120,
-                       resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.output_type == "error"]
-    assert not errors, errors
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                   for o in c.get("outputs", []) if o.output_type == "stream")
-    line = next(ln for ln in text.splitlines() if ln.startswith("MONITOR_SUMMARY "))
-    return nb, json.loads(line.removeprefix("MONITOR_SUMMARY "))
-
-
-def _pngs(nb) -> int:
-    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
-               for o in c.get("outputs", []) if o.output_type == "display_data")
 
 
 def _metrics_row(step: int, rng: np.random.Generator) -> dict:
@@ -115,7 +68,7 @@ def _group(tok, i: int, actor_id: str, version: int) -> Group:
 def test_monitor_notebook_synthetic_run(tmp_path: Path, tiny_world, kernel_env: str):
     from tokenizers import Tokenizer
 
-    from launch.tools import compare
+    from launch.analysis import compare
 
     tok = Tokenizer.from_file(str(tiny_world.model_dir / "tokenizer.json"))
     rng = np.random.default_rng(0)
@@ -146,7 +99,7 @@ def test_monitor_notebook_synthetic_run(tmp_path: Path, tiny_world, kernel_env: 
     assert all(summary[f] > 0 for f in FIGURES), summary
     assert summary["entropy"] == 20 and summary["reward"] == 10 * 2 + 2   # + 2 eval points
     assert summary["lag_hist"] == 3 and summary["actors"] == 2 and summary["samples"] == 3 * 2
-    assert _pngs(nb) == 4
+    assert png_count(nb) == 4
     html = "".join(o.get("data", {}).get("text/html", "") + o.get("data", {}).get("text/plain", "")
                    for c in nb.cells for o in c.get("outputs", [])
                    if o.output_type in ("display_data", "execute_result"))
@@ -166,7 +119,7 @@ def test_monitor_notebook_bare_run(tmp_path: Path, kernel_env: str):
         nb, summary = run_notebook(kernel_env, {"LAGRL_REDIS_URL": server.url})   # RUN_ID: the only run
     assert summary == {"run_id": RUN_ID, "rows": 1, "entropy": 0, "reward": 1, "length": 0, "clip": 0,
                        "lag_hist": 2, "lag": 0, "actors": 0, "trained": 0, "samples": 2}
-    assert _pngs(nb) == 4
+    assert png_count(nb) == 4
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
     assert "is not on this machine; showing token ids" in text
 
@@ -201,10 +154,10 @@ def test_monitor_notebook_on_a_finished_run_dir(tmp_path: Path, kernel_env: str)
 
 
 def test_compare_cli_from_redis(tmp_path: Path, capsys: pytest.CaptureFixture):
-    """``python -m launch.tools.compare --redis-url URL --runs A B``: labels carry the preset from meta."""
+    """``python -m launch.analysis.compare --redis-url URL --runs A B``: labels carry the preset from meta."""
     import csv
 
-    from launch.tools import compare
+    from launch.analysis import compare
 
     rng = np.random.default_rng(1)
     with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:
@@ -232,4 +185,4 @@ def test_monitor_notebook_real_run(kernel_env: str):
     nb, summary = run_notebook(kernel_env, {k: v for k, v in env.items() if v})
     assert summary["rows"] > 0, summary
     assert summary["entropy"] > 0 and summary["reward"] > 0, summary
-    assert _pngs(nb) == 4
+    assert png_count(nb) == 4

@@ -13,27 +13,32 @@ import numpy as np
 import pytest
 import torch
 
+from buffer.server import EmbeddedRedis
 from learner.batching import collate, rows_from_groups
 from learner.config import PrimeConfig
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import PolicyLossInputs, policy_loss
 from learner.prime import outcome_labels, prm_loss
 from learner.prime_step import prime_token_advantages
-from tests.integration.test_learner import (  # noqa: F401  (fixtures)
+from tests.integration.learner_setup import (
     GS,
     learner_cfg,
     make_buffer,
     make_groups,
     make_learner,
     max_diff,
-    policy,
-    redis_url,
     set_weights,
     update_error,
-    world,
 )
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """This module's redis-server, without fsync: the learner tests write many small entries."""
+    with EmbeddedRedis(tmp_path_factory.mktemp("learner-redis"), appendfsync="no") as server:
+        yield server.url
 
 PRM_LR = 1e-5
 
@@ -43,17 +48,17 @@ def prime_cfg(**kw):
 
 
 @pytest.fixture(scope="module")
-def prime_ranks(ray_local, world):  # noqa: F811
+def prime_ranks(ray_local, tiny_world):
     from learner.rank_actor import RankGroup
-    group = RankGroup(prime_cfg(), world.model_dir, GS)
+    group = RankGroup(prime_cfg(), tiny_world.model_dir, GS)
     assert group.call("setup_prm", prime_cfg()) == [True]
     yield group
     group.shutdown()
 
 
-def _fresh_model(world):  # noqa: F811
+def _fresh_model(tiny_world):
     from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(str(world.model_dir), dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(str(tiny_world.model_dir), dtype=torch.float32)
 
 
 def _logprobs(model, mb) -> torch.Tensor:
@@ -65,14 +70,14 @@ def _per_row(mb, values: torch.Tensor) -> list[np.ndarray]:
     return [values[b][mb.loss_mask[b]].detach().numpy() for b in range(values.shape[0])]
 
 
-def test_prime_step_matches_plain_torch(prime_ranks, world, redis_url, policy, run_dir):  # noqa: F811
+def test_prime_step_matches_plain_torch(prime_ranks, tiny_world, redis_url, policy, run_dir):
     """Filter at admission, one PRM update and one policy update with PRIME's token advantages,
     each equal to the same computation in plain torch."""
     from buffer.audit import audit
 
     cfg = prime_cfg(mode="on_policy", grad_clip=1.0)
     buf = make_buffer(redis_url, "prime")
-    learner = make_learner(cfg, buf, world, run_dir, prime_ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, prime_ranks)
     assert learner.version == 0
     init = learner.full_state_dict()
     set_weights(policy, init)
@@ -90,7 +95,7 @@ def test_prime_step_matches_plain_torch(prime_ranks, world, redis_url, policy, r
     # plain torch: the reference, the PRM update (AdamW, clip 10), then the policy update
     rows = rows_from_groups(kept, [np.zeros(GS)] * 4, [np.ones(GS, bool)] * 4)
     mb = collate(rows, list(range(len(rows))))
-    ref_model, prm = _fresh_model(world).eval(), _fresh_model(world)
+    ref_model, prm = _fresh_model(tiny_world).eval(), _fresh_model(tiny_world)
     with torch.no_grad():
         ref = _logprobs(ref_model, mb)
     labels = outcome_labels(torch.tensor([r.reward for r in rows], dtype=torch.float64))
@@ -130,14 +135,14 @@ def test_prime_step_matches_plain_torch(prime_ranks, world, redis_url, policy, r
     assert update_error(learner.full_state_dict(), reference, init) < 1e-3
 
 
-def test_prime_resume_restores_policy_and_prm_exactly(prime_ranks, world, redis_url, policy, run_dir):  # noqa: F811
+def test_prime_resume_restores_policy_and_prm_exactly(prime_ranks, tiny_world, redis_url, policy, run_dir):
     """Checkpoint at step 2 (policy and PRM with their optimizers), crash after step 3: the resumed
     learner holds the step-2 weights of both models, and retrains step 3 to bit-identical weights."""
     from buffer import RunBuffer
 
     cfg = prime_cfg(mode="on_policy", checkpoint_every=2)
     buf = make_buffer(redis_url, "prime-resume")
-    learner = make_learner(cfg, buf, world, run_dir, prime_ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, prime_ranks)
     v0 = learner.version
     states = []
     for s in range(3):     # on-policy: each batch is sampled by the version it is trained at
@@ -152,7 +157,7 @@ def test_prime_resume_restores_policy_and_prm_exactly(prime_ranks, world, redis_
     assert (ckpt / "step_000002" / "prm" / "hf" / "model.safetensors").exists()
     assert (ckpt / "step_000002" / "prm" / "deepspeed" / "state").is_dir()
 
-    resumed = make_learner(cfg, RunBuffer.from_url(redis_url, buf.run_id), world, run_dir, prime_ranks)
+    resumed = make_learner(cfg, RunBuffer.from_url(redis_url, buf.run_id), tiny_world, run_dir, prime_ranks)
     assert resumed.steps_done == 2 and resumed.version == v0 + 2
     assert max_diff(resumed.full_state_dict(), states[1][1]) == 0.0
     assert max_diff(resumed.prm_state_dict(), states[1][2]) == 0.0
@@ -168,4 +173,4 @@ def test_prime_resume_restores_policy_and_prm_exactly(prime_ranks, world, redis_
     latest = ckpt / (ckpt / "latest").read_text().strip()
     shutil.rmtree(latest / "prm")
     with pytest.raises(Exception, match=r"has no PRM \(prm/\)"):
-        make_learner(cfg, RunBuffer.from_url(redis_url, buf.run_id), world, run_dir, prime_ranks)
+        make_learner(cfg, RunBuffer.from_url(redis_url, buf.run_id), tiny_world, run_dir, prime_ranks)

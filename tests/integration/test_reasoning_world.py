@@ -8,11 +8,13 @@ import json
 
 import pytest
 
+from tests.integration.harness import metrics_rows
+
 pytestmark = pytest.mark.integration
 
 
 def test_build_is_deterministic(tmp_path):
-    from launch.reasoning.build import ensure_reasoning_world
+    from launch.worlds.reasoning.build import ensure_reasoning_world
 
     # A 3-step warm-up measured on 16 problems keeps this fast; determinism does not depend on either.
     quick = dict(max_warmup_steps=3, n_val=16, log=lambda *_: None)
@@ -44,9 +46,9 @@ def test_driver_runs_two_steps_across_a_stage_boundary(ray_local, tmp_path, reas
     stages = json.dumps([{"max_tokens": 64, "steps": 1}, {"max_tokens": 128}])
     cfg, _ = build_config(["--reasoning", "--steps", "2", "--data.stages", stages, "--data.eval_max_problems", "8",
                            "--run_dir", str(tmp_path / "runs"), "--run_id", "reasoning-2"], default_preset="multistage")
-    assert cfg.reasoning and cfg.learner.batch.rollout_batch == 16 and cfg.group_size == 8
+    assert cfg.world == "reasoning" and cfg.learner.batch.rollout_batch == 16 and cfg.group_size == 8
     result = run(cfg)
-    rows = [json.loads(line) for line in (result.run_path / "metrics.jsonl").read_text().splitlines()]
+    rows = metrics_rows(result.run_path)
     assert [r["stage"] for r in rows] == [0.0, 1.0]
     assert rows[0]["length/max"] <= 64 and rows[0]["truncation/rate"] > 0      # the 64-token stage cuts
     assert rows[1]["length/max"] <= 128

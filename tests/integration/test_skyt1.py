@@ -1,6 +1,6 @@
 """The Sky-T1 recipe on the tiny world: SFT -> PRIME -> SFT -> RLOO, each stage's output the next's input.
 
-``launch.skyt1_pipeline`` runs the four stages as the commands a user runs (``python -m launch.sft``,
+``launch.skyt1.pipeline`` runs the four stages as the commands a user runs (``python -m launch.sft``,
 ``launch/ablate.py --preset skyt1_prime|skyt1_rloo --tiny``): real DeepSpeed for the SFT stages, and
 real Ray, Redis, vLLM, DeepSpeed and math-verify for the RL stages, where the policy and the implicit
 PRM are DeepSpeed engines and the frozen reference a torch model on the learner's rank. SFT data are
@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.integration.harness import metrics_rows
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]     # ~3.5 min: two SFT runs and two RL runs
 
 PRIME_STEPS = 10
@@ -29,7 +31,7 @@ MIN_PRM_PAIRWISE = 0.55  # the PRM's mean held-out pairwise accuracy after its f
 
 
 def _rows(run_path: str) -> list[dict]:
-    return [json.loads(line) for line in (Path(run_path) / "metrics.jsonl").read_text().splitlines()]
+    return metrics_rows(Path(run_path))
 
 
 def _curve(figures: dict) -> dict[int, float]:
@@ -37,7 +39,7 @@ def _curve(figures: dict) -> dict[int, float]:
 
 
 def test_sft_prime_sft_rloo_chain_on_the_tiny_world(tmp_path, tiny_world):
-    from launch.skyt1_pipeline import main
+    from launch.skyt1.pipeline import main
 
     out = tmp_path / "skyt1"
     stages = main(["--tiny", "--out", str(out),
@@ -45,7 +47,7 @@ def test_sft_prime_sft_rloo_chain_on_the_tiny_world(tmp_path, tiny_world):
     assert json.loads((out / "pipeline.json").read_text()) == stages
 
     # the SFT data the pipeline wrote: correct traces of training problems, disjoint, none held out
-    from launch.tiny.task import read_problems
+    from launch.worlds.tiny.task import read_problems
     gold = {p.prompt: p.answer for p in read_problems(tiny_world.train_path)}
     held_out = {p.prompt for p in read_problems(tiny_world.val_path)}
     sft = [[json.loads(line) for line in (out / f"sft{i}.jsonl").read_text().splitlines()] for i in (1, 2)]

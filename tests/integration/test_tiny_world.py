@@ -36,7 +36,7 @@ def test_vllm_and_transformers_agree_on_greedy_continuation(tiny_world, monkeypa
 
 
 def test_build_is_deterministic(tmp_path):
-    from launch.tiny.build import ensure_tiny_world
+    from launch.worlds.tiny.build import ensure_tiny_world
 
     # A short warm-up keeps this fast; determinism does not depend on the step count.
     a = ensure_tiny_world(seed=3, cache_dir=tmp_path / "a", max_warmup_steps=20, log=lambda *_: None)

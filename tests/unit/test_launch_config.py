@@ -8,7 +8,8 @@ import pytest
 from launch.cli import build_config
 from launch.config import RunConfig
 from launch.overrides import ConfigError, apply_overrides, from_json, split_overrides, to_json
-from launch.presets import PRESETS, get_preset, scale_to_tiny
+from launch.presets import PRESETS, get_preset
+from launch.worlds.tiny.scale import scale_to_tiny
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -22,7 +23,7 @@ def test_every_preset_round_trips_through_json(name):
 def test_tiny_keeps_reuse_and_batch_ratio(name):
     big, tiny = get_preset(name), scale_to_tiny(get_preset(name))
     b, t = big.learner.batch, tiny.learner.batch
-    assert tiny.tiny and t.n_reuse == b.n_reuse
+    assert tiny.world == "tiny" and t.n_reuse == b.n_reuse
     assert t.rollout_batch * b.mini_batch == b.rollout_batch * t.mini_batch
     assert t.n_sgd == b.n_sgd and tiny.temperature == big.temperature
     assert (tiny.learner.mode, tiny.learner.loss.eps_high) == (big.learner.mode, big.learner.loss.eps_high)
@@ -125,7 +126,7 @@ def test_cli_exits_2_with_the_message(capsys):
         build_config(["--tiny", "--learner.nope", "1"], default_preset="onpolicy")
     assert exc.value.code == 2 and "unknown config key --learner.nope" in capsys.readouterr().err
     cfg, print_only = build_config(["--tiny", "--print-config", "--steps", "3"], default_preset="offpolicy_reuse4")
-    assert print_only and cfg.steps == 3 and cfg.preset == "offpolicy_reuse4" and cfg.tiny
+    assert print_only and cfg.steps == 3 and cfg.preset == "offpolicy_reuse4" and cfg.world == "tiny"
 
 
 def test_ablation_holds_the_learning_rate_equal(tmp_path, capsys):

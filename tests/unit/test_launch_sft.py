@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from launch.run.sft import tokenize_examples, update_plan
-from launch.sft import SftConfig, parse
+from launch.sft.config import SftConfig, parse
+from launch.sft.train import tokenize_examples, update_plan
 
 
 def _cfg(**kw) -> SftConfig:
@@ -55,6 +55,6 @@ def test_examples_become_rows_with_eos_and_response_only_targets(tiny_tokenizer)
 def tiny_tokenizer():
     from transformers import AutoTokenizer
 
-    from launch.tiny.build import ensure_tiny_world
+    from launch.worlds.tiny.build import ensure_tiny_world
     return AutoTokenizer.from_pretrained(str(ensure_tiny_world().model_dir))
 

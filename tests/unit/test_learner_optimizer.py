@@ -8,11 +8,10 @@ import math
 import pytest
 import torch
 
-from learner.engine import deepspeed_config
+from learner.deepspeed_kit import build_engine, deepspeed_config
 from learner.optimizer import (
     fused_adam_prebuilt,
     fused_adam_section,
-    initialize_engine,
     optimizer_label,
     resolve_optimizer,
     torch_adamw,
@@ -90,7 +89,7 @@ def test_ds_config_names_no_optimizer_and_a_second_one_is_refused():
     ds = deepspeed_config(cfg, world=1, device="cpu", group_size=4)
     assert "optimizer" not in ds and ds["zero_allow_untested_optimizer"] is True
     with pytest.raises(ValueError, match="learner.optimizer chooses it"):
-        initialize_engine(torch.nn.Linear(2, 2), cfg, {**ds, "optimizer": fused_adam_section(cfg)}, "cpu")
+        build_engine(torch.nn.Linear(2, 2), cfg, {**ds, "optimizer": fused_adam_section(cfg)}, "cpu")
 
 
 def test_optimizer_is_an_engine_field():

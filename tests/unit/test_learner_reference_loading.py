@@ -6,7 +6,7 @@ from transformers.integrations.deepspeed import (
     unset_hf_deepspeed_config,
 )
 
-from learner.engine import without_zero3_init
+from learner.deepspeed_kit import without_zero3_init
 
 
 class _Zero3Config:

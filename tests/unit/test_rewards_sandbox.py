@@ -1,4 +1,4 @@
-"""Code sandbox: one adversarial test per property of the threat model (rewards/sandbox.py docstring).
+"""Code sandbox: one adversarial test per property of the threat model (rewards/sandbox/runner.py docstring).
 
 Each test checks the attack is contained *and* the host is left healthy: no process of a sandbox uid
 survives, the test process is alive, its memory did not balloon.
@@ -23,7 +23,7 @@ import pytest
 from rewards.code_reward import limits_from
 from rewards.config import RewardConfig
 from rewards.sandbox import CodeTest, SandboxLimits, check_syntax, isolation_report, run_code, run_tests
-from tests.unit._sandbox_checks import assert_nothing_survives
+from tests.unit.sandbox_checks import assert_nothing_survives
 
 LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
 FALLBACK = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16, namespaces=False)
@@ -43,10 +43,9 @@ def src(code: str) -> str:
     return textwrap.dedent(code).strip() + "\n"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the private uid needs root; isolation_report says what is in force")
 def test_isolation_on_this_host():
-    # This machine runs as root with namespaces; elsewhere the report says what is in force.
-    if os.geteuid() == 0:
-        assert "uid" in ISOLATED
+    assert "uid" in ISOLATED          # as root every program runs as a throwaway uid
 
 
 @pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])

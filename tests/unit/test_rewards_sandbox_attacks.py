@@ -17,7 +17,7 @@ import pytest
 from rewards.code_reward import score_code
 from rewards.config import RewardConfig
 from rewards.sandbox import CodeTest, SandboxLimits, isolation_report, run_code, run_tests
-from tests.unit._sandbox_checks import assert_nothing_survives
+from tests.unit.sandbox_checks import assert_nothing_survives
 
 LIMIT_MB = 256
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=LIMIT_MB, max_output_bytes=4096, max_procs=16)
@@ -76,7 +76,7 @@ for k in range(4):
     readers.append(r)
 print("held_mb", round(sum(float(os.read(r, 16) or 0) for r in readers)))
 """
-# route: the defences of which one suffices (see rewards/sandbox.py). Pipes are capped per user by
+# route: the defences of which one suffices (see rewards/sandbox/runner.py). Pipes are capped per user by
 # the kernel (pipe-user-pages-soft) and shared anonymous memory is in RSS, so those need nothing.
 DEFENCES = {"memfd": ("seccomp", "cgroup"), "sysv-shm": ("seccomp", "cgroup"), "socket-buffers": ("sockmem", "cgroup"),
             "pipe-buffers": (), "dev-shm-files": ("mount", "cgroup", "shm-files"),
@@ -577,7 +577,7 @@ def _load_init():
 
     from rewards import sandbox
 
-    spec = importlib.util.spec_from_file_location("_sandbox_init_under_test", sandbox._INIT)
+    spec = importlib.util.spec_from_file_location("_sandbox_init_under_test", sandbox.INIT_SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -13,8 +13,10 @@ import time
 
 import pytest
 
-from rewards import _sandbox_cgroup, _sandbox_seccomp, _sandbox_sockets
-from rewards import _sandbox_wire as wire
+from rewards.sandbox import cgroup as sandbox_cgroup
+from rewards.sandbox import seccomp as sandbox_seccomp
+from rewards.sandbox import sockets as sandbox_sockets
+from rewards.sandbox import wire
 
 PLAIN = [None, True, 0, -7, 2 ** 80, -(2 ** 60), 1.5, math.inf, "s", [1, [2]], (1, (2,)), {3, 4}, frozenset({5}),
          {"a": 1, 2: [3], (4, 5): None}, b"\x00\xff", 1 + 2j, []]
@@ -72,45 +74,45 @@ def test_wire_frames_are_capped_and_a_closed_channel_is_named():
 
 
 def test_cgroup_lifecycle_kills_what_is_left():
-    path = _sandbox_cgroup.create(64 << 20)
+    path = sandbox_cgroup.create(64 << 20)
     if path is None:
         pytest.skip("this host lets us make no memory cgroup")
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        assert _sandbox_cgroup.adopt(path, sleeper.pid)
-        assert _sandbox_cgroup.counters(path) == (0, 0)
-        assert _sandbox_cgroup.remove(path)
+        assert sandbox_cgroup.adopt(path, sleeper.pid)
+        assert sandbox_cgroup.counters(path) == (0, 0)
+        assert sandbox_cgroup.remove(path)
         assert sleeper.wait(timeout=5) == -9 and not os.path.exists(path)
     finally:
         sleeper.kill()
-        _sandbox_cgroup.remove(path)
+        sandbox_cgroup.remove(path)
 
 
 def test_cgroup_counts_an_oom_kill():
-    path = _sandbox_cgroup.create(32 << 20)
+    path = sandbox_cgroup.create(32 << 20)
     if path is None:
         pytest.skip("this host lets us make no memory cgroup")
     hog = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.stdin.read(1); x = bytearray(64 << 20)"],
                            stdin=subprocess.PIPE)
     try:
-        assert _sandbox_cgroup.adopt(path, hog.pid)
+        assert sandbox_cgroup.adopt(path, hog.pid)
         hog.stdin.close()  # now allocate, inside the cgroup
         hog.wait(timeout=10)
-        _, ooms = _sandbox_cgroup.counters(path)  # (the limit-hit count is not kept by every kernel)
+        _, ooms = sandbox_cgroup.counters(path)  # (the limit-hit count is not kept by every kernel)
         assert ooms >= 1 and hog.returncode == -9
     finally:
         hog.kill()
-        _sandbox_cgroup.remove(path)
+        sandbox_cgroup.remove(path)
 
 
 def test_cgroup_cpu_quota_bounds_a_busy_process():
-    path = _sandbox_cgroup.create(64 << 20, cpus=0.2)
+    path = sandbox_cgroup.create(64 << 20, cpus=0.2)
     if path is None:
         pytest.skip("this host lets us make no memory cgroup")
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        assert _sandbox_cgroup.adopt(path, spinner.pid)
-        if not _sandbox_cgroup.cpu_limited(path):
+        assert sandbox_cgroup.adopt(path, spinner.pid)
+        if not sandbox_cgroup.cpu_limited(path):
             pytest.skip("no usable cpu controller here")
         before, start = _cpu_seconds(spinner.pid), time.monotonic()
         time.sleep(1.0)
@@ -118,7 +120,7 @@ def test_cgroup_cpu_quota_bounds_a_busy_process():
         assert used <= 0.2 * wall + 0.15, (used, wall)  # the quota, plus one accounting period of slack
     finally:
         spinner.kill()
-        _sandbox_cgroup.remove(path)
+        sandbox_cgroup.remove(path)
     assert not os.path.exists(path)
 
 
@@ -131,33 +133,33 @@ def _cpu_seconds(pid: int) -> float:
 def test_stale_cgroups_of_dead_owners_are_swept():
     """A worker killed mid-run leaves its sandbox cgroup (and maybe a process in it). The sweep removes
     exactly those whose recorded owner is gone: not a live owner's, not a name without an owner."""
-    parent = _sandbox_cgroup._parent()
+    parent = sandbox_cgroup._parent()
     if parent is None:
         pytest.skip("this host lets us make no memory cgroup")
     owner = subprocess.Popen(["sleep", "60"])   # the crashed worker: its identity, then its death
-    ticks = _sandbox_cgroup._start_ticks(owner.pid)
+    ticks = sandbox_cgroup._start_ticks(owner.pid)
     owner.kill()
     owner.wait()
-    stale = os.path.join(parent, f"{_sandbox_cgroup.PREFIX}{owner.pid}.{ticks}-{secrets.token_hex(8)}")
-    unowned = os.path.join(parent, _sandbox_cgroup.PREFIX + secrets.token_hex(8))  # names before owners were kept
-    live = _sandbox_cgroup.create(64 << 20)
+    stale = os.path.join(parent, f"{sandbox_cgroup.PREFIX}{owner.pid}.{ticks}-{secrets.token_hex(8)}")
+    unowned = os.path.join(parent, sandbox_cgroup.PREFIX + secrets.token_hex(8))  # names before owners were kept
+    live = sandbox_cgroup.create(64 << 20)
     os.mkdir(stale)
     os.mkdir(unowned)
     left = subprocess.Popen(["sleep", "60"])
     try:
-        assert _sandbox_cgroup.adopt(stale, left.pid)
-        removed = _sandbox_cgroup.sweep_stale()
+        assert sandbox_cgroup.adopt(stale, left.pid)
+        removed = sandbox_cgroup.sweep_stale()
         assert stale in removed and not os.path.exists(stale) and left.wait(timeout=5) == -9
         assert live not in removed and unowned not in removed and os.path.isdir(live) and os.path.isdir(unowned)
     finally:
         left.kill()
         for path in (stale, unowned, live):
-            _sandbox_cgroup.remove(path)
+            sandbox_cgroup.remove(path)
 
 
 def test_unix_socket_meter_sees_unread_buffers():
     try:
-        meter = _sandbox_sockets.UnixSocketMemory()
+        meter = sandbox_sockets.UnixSocketMemory()
     except OSError:
         pytest.skip("no unix_diag in this kernel")
     before = meter.held()
@@ -177,7 +179,7 @@ def test_unix_socket_meter_sees_unread_buffers():
 
 
 def test_seccomp_program_shape():
-    program = _sandbox_seccomp.filter_program()
+    program = sandbox_seccomp.filter_program()
     if program is None:
         pytest.skip(f"no system-call table for {os.uname().machine}")
     assert len(program) % 8 == 0 and len(program) // 8 < 4096  # struct sock_filter, BPF_MAXINSNS

@@ -1,0 +1,43 @@
+"""Weights & Biases: the run id is the W&B run id and name, so a resumed run continues it.
+
+``WANDB_MODE=offline`` needs no account or network: the run's files go to ``<run>/wandb/offline-run-*``
+and ``wandb sync <run>/wandb/offline-run-*`` uploads them later (every incarnation of a resumed run
+syncs into the one W&B run). Steps are the rows' ``step`` (``define_metric``), not W&B's own counter, so
+the steps a resumed run retrains may go back in time and evaluations share their step's x value.
+Console capture is off: the run directory has the logs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class WandbTracker:
+    name = "wandb"
+
+    def __init__(self, run_name: str, log_dir: Path, hparams: dict[str, Any], *, project: str,
+                 entity: str | None = None):
+        import wandb
+
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.wandb = wandb
+        self.run = wandb.init(project=project, entity=entity, name=run_name, id=run_name, resume="allow",
+                              dir=str(log_dir), config=hparams, reinit="create_new",
+                              settings=wandb.Settings(console="off", silent=True))
+        self.run.define_metric("step")
+        self.run.define_metric("*", step_metric="step")
+        mode = "offline" if self.run.settings.mode == "offline" else "online"
+        self.where = f"wandb ({mode}): {self.run.dir.rsplit('/files', 1)[0]}"
+
+    def log_scalars(self, scalars: dict[str, float], step: int) -> None:
+        self.run.log({**scalars, "step": step})
+
+    def log_image(self, tag: str, png: Path, step: int) -> None:
+        self.run.log({tag: self.wandb.Image(str(png)), "step": step})
+
+    def log_summary(self, scalars: dict[str, float]) -> None:
+        self.run.summary.update({f"summary/{k}": v for k, v in scalars.items()})
+
+    def close(self, failed: bool = False) -> None:
+        self.run.finish(exit_code=1 if failed else 0)

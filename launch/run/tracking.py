@@ -1,0 +1,171 @@
+"""Experiment trackers: every metrics row and evaluation of a run, also in TensorBoard, W&B or MLflow.
+
+    python launch/onpolicy.py --tiny                                   # TensorBoard into runs/<id>/tb/
+    WANDB_MODE=offline python launch/onpolicy.py --tiny --tracking tensorboard,wandb,mlflow
+
+One interface (:class:`Tracker`), one small module per backend in ``launch.run.trackers``; the
+driver calls :class:`Trackers` exactly where it appends a row to ``metrics.jsonl`` / ``evals.jsonl``,
+so a tracker holds the same rows under the same names:
+
+- every numeric value of a row under its ``metrics.jsonl`` key, the row's ``step`` as the x-axis;
+  a dict of numbers (``lag/hist``) as ``lag/hist/<key>``; strings (``mode``) and the guard's event
+  are left to the files. MLflow forbids ``@`` in names: there ``eval/avg@n`` is ``eval/avg_at_n``
+  (:func:`mlflow_name`, the one rule);
+- the resolved config as hyperparameters (flattened to ``learner.lr``-style keys);
+- the run id as the tracker's run name (and W&B's run id), so a resumed run continues the same
+  tracker run: TensorBoard discards the events of the steps being retrained (``purge_step``), W&B
+  resumes the run id, MLflow reopens the run tagged with it.
+
+TensorBoard is a core dependency (the default, no account); W&B and MLflow are the ``tracking`` extra,
+imported only when asked for: a missing one fails at start with the ``pip install`` that fixes it.
+A tracker that fails in the middle of a run is reported once and dropped; the run goes on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from launch.run.trackers.names import flat_config, mlflow_name, scalars  # noqa: F401  (the names' one rule)
+
+Backend = Literal["tensorboard", "wandb", "mlflow"]
+# backend -> (module that must import, the install that provides it)
+_NEEDS = {"tensorboard": ("tensorboard", "pip install tensorboard"),
+          "wandb": ("wandb", "pip install -e '.[tracking]'  (or: pip install wandb)"),
+          "mlflow": ("mlflow", "pip install -e '.[tracking]'  (or: pip install mlflow-skinny)")}
+
+
+class TrackingConfig(BaseModel):
+    """``--tracking tensorboard,wandb,mlflow`` (any subset, ``none`` for none) sets ``backends``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backends: list[Backend] = Field(default_factory=lambda: ["tensorboard"],
+                                    description="Trackers that receive every metrics row and evaluation.")
+    project: str = Field("lagrl", min_length=1, description="W&B project and MLflow experiment name.")
+    wandb_entity: str | None = Field(None, description="W&B entity (team or user); None = W&B's default.")
+    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI, else "
+                                   "a local file store in <run_dir>/mlruns (shared by the runs of run_dir).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_list(cls, value: Any) -> Any:
+        """``"tensorboard,wandb"``, ``["wandb"]`` or ``"none"`` stand for ``{"backends": [...]}``."""
+        if isinstance(value, str):
+            value = [] if value.strip().lower() in ("", "none") else [v.strip() for v in value.split(",")]
+        if isinstance(value, list):
+            return {"backends": value}
+        return value
+
+    @model_validator(mode="after")
+    def _no_repeats(self) -> TrackingConfig:
+        if len(set(self.backends)) != len(self.backends):
+            raise ValueError(f"tracking backends repeat: {self.backends}")
+        return self
+
+
+class TrackerUnavailable(RuntimeError):
+    """A tracker was asked for but its package is not installed (the message names the install)."""
+
+
+class Tracker(Protocol):
+    """One backend. ``scalars`` are flat ``{name: float}`` (:func:`scalars`); ``step`` is the row's."""
+
+    name: str
+    where: str              # one line for the console: where its records go
+
+    def log_scalars(self, scalars: dict[str, float], step: int) -> None: ...
+
+    def log_image(self, tag: str, png: Path, step: int) -> None: ...
+
+    def log_summary(self, scalars: dict[str, float]) -> None: ...
+
+    def close(self, failed: bool = False) -> None: ...
+
+
+def check_available(backends: list[str]) -> None:
+    """Raise TrackerUnavailable for the first backend whose package is missing (cheap: no import)."""
+    for b in backends:
+        module, fix = _NEEDS[b]
+        if importlib.util.find_spec(module) is None:
+            raise TrackerUnavailable(f"--tracking {b}: the '{module}' package is not installed; {fix}")
+
+
+class Trackers:
+    """The run's trackers behind one call per row. Empty (no backends) is a valid, silent set."""
+
+    def __init__(self, trackers: list[Tracker], log=print):
+        self.trackers, self.log = list(trackers), log
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.trackers]
+
+    def _each(self, what: str, fn) -> None:
+        for t in list(self.trackers):
+            try:
+                fn(t)
+            except Exception as exc:   # the run matters more than its tracker: report once, drop it
+                self.log(f"[tracking] {t.name} failed to {what} ({type(exc).__name__}: {exc}); "
+                         f"it gets nothing more in this run (metrics.jsonl has every row)")
+                self.trackers.remove(t)
+                try:
+                    t.close(failed=True)
+                except Exception:
+                    pass
+
+    def log_metrics(self, row: dict[str, Any]) -> None:
+        """One learner step's row, as appended to ``metrics.jsonl``."""
+        values, step = scalars(row), int(row["step"])
+        self._each("log a metrics row", lambda t: t.log_scalars(values, step))
+
+    def log_eval(self, row: dict[str, Any]) -> None:
+        """One evaluation row, as appended to ``evals.jsonl`` (its ``eval/*`` values at its step; the
+        version is the step row's)."""
+        values, step = scalars(row, skip=("step", "version")), int(row["step"])
+        self._each("log an evaluation", lambda t: t.log_scalars(values, step))
+
+    def log_image(self, tag: str, png: str | Path, step: int = 0) -> None:
+        self._each(f"log the figure {tag}", lambda t: t.log_image(tag, Path(png), step))
+
+    def log_summary(self, figures: dict[str, float]) -> None:
+        """The end-of-run figures (``launch.run.summary.summary_scalars``)."""
+        self._each("log the summary", lambda t: t.log_summary(dict(figures)))
+
+    def close(self, failed: bool = False) -> None:
+        self._each("close", lambda t: t.close(failed))
+        self.trackers = []
+
+
+def open_trackers(cfg: TrackingConfig, *, name: str, log_dir: str | Path, store_root: str | Path,
+                  hparams: dict[str, Any], start_step: int = 0, log=print) -> Trackers:
+    """Open every backend in ``cfg`` for the run ``name``.
+
+    ``log_dir``: the run's directory (TensorBoard writes ``log_dir/tb``, W&B ``log_dir/wandb``);
+    ``store_root``: where a default MLflow file store goes (``store_root/mlruns``); ``start_step``: the
+    first step this process logs (after a resume, the events of later steps from before are replaced)."""
+    check_available(cfg.backends)
+    log_dir, store_root = Path(log_dir), Path(store_root)
+    opened: list[Tracker] = []
+    try:
+        for backend in cfg.backends:
+            if backend == "tensorboard":
+                from launch.run.trackers.tensorboard_tracker import TensorBoardTracker
+                opened.append(TensorBoardTracker(log_dir / "tb", hparams, start_step))
+            elif backend == "wandb":
+                from launch.run.trackers.wandb_tracker import WandbTracker
+                opened.append(WandbTracker(name, log_dir, hparams, project=cfg.project, entity=cfg.wandb_entity))
+            elif backend == "mlflow":
+                from launch.run.trackers.mlflow_tracker import MlflowTracker
+                opened.append(MlflowTracker(name, hparams, uri=cfg.mlflow_uri, store_root=store_root,
+                                            experiment=cfg.project, log=log))
+    except BaseException:
+        for t in opened:
+            t.close(failed=True)
+        raise
+    if opened:
+        log(f"[tracking] {'; '.join(t.where for t in opened)}")
+    return Trackers(opened, log)

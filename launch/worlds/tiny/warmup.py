@@ -1,0 +1,96 @@
+"""Supervised warm-up: teach the tiny model the answer format and some arithmetic, then stop.
+
+RL needs a base policy that is right some of the time (DESIGN.md §9: roughly 10-50% under
+sampling at τ=1): too weak and every group has zero advantage, too strong and there is nothing
+left to learn. Training stops at the first evaluation whose sampled accuracy reaches
+`target_accuracy` (or after `max_steps`), which keeps the build deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+from math_verify import parse, verify
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+from launch.worlds.tiny.task import Problem
+
+
+@dataclass
+class WarmupResult:
+    steps: int
+    accuracy: float       # validation accuracy, one sample per problem at τ=1
+    seconds: float
+
+
+def _batch(tok: PreTrainedTokenizerFast, problems: list[Problem]) -> dict[str, torch.Tensor]:
+    """Right-padded prompt+solution+EOS with labels only on the response tokens."""
+    ids, labels = [], []
+    for p in problems:
+        prompt = tok(p.prompt)["input_ids"]
+        response = tok(p.solution)["input_ids"] + [tok.eos_token_id]
+        ids.append(prompt + response)
+        labels.append([-100] * len(prompt) + response)
+    width = max(map(len, ids))
+    pad = tok.pad_token_id
+    return {
+        "input_ids": torch.tensor([x + [pad] * (width - len(x)) for x in ids]),          # (B, L)
+        "attention_mask": torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
+        "labels": torch.tensor([y + [-100] * (width - len(y)) for y in labels]),
+    }
+
+
+def answer_correct(text: str, gold: str) -> bool:
+    """Strict enough for the warm-up: only the text from the last `\\boxed{` on is parsed, so a
+    stray digit elsewhere in a malformed answer never counts (the RL reward is rewards.math)."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return False
+    try:
+        return bool(verify(parse(f"\\boxed{{{gold}}}"), parse(text[start:])))
+    except Exception:
+        return False
+
+
+@torch.no_grad()
+def sampled_accuracy(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, problems: list[Problem],
+                     seed: int, temperature: float = 1.0, max_new_tokens: int = 12) -> float:
+    """Fraction of problems whose one sample at temperature τ (no top-k/top-p) is correct."""
+    model.eval()
+    tok.padding_side = "left"
+    enc = tok([p.prompt for p in problems], return_tensors="pt", padding=True)
+    torch.manual_seed(seed)
+    out = model.generate(**enc, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                         max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+    texts = tok.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    tok.padding_side = "right"
+    model.train()
+    return sum(answer_correct(t, p.answer) for t, p in zip(texts, problems)) / len(problems)
+
+
+def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[Problem],
+            val: list[Problem], *, seed: int, target_accuracy: float = 0.2, max_steps: int = 1500,
+            eval_every: int = 50, batch_size: int = 64, lr: float = 1e-3, log=print) -> WarmupResult:
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    start, acc, step = time.monotonic(), 0.0, 0
+    while step < max_steps:
+        loss = model(**_batch(tok, rng.sample(train, batch_size))).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        if step % eval_every == 0 or step == max_steps:
+            acc = sampled_accuracy(model, tok, val, seed=seed + step)
+            log(f"[tiny] warm-up step {step:5d}  loss {loss.item():.3f}  val acc@τ=1 {acc:.3f}  "
+                f"({time.monotonic() - start:.0f}s)")
+            if acc >= target_accuracy:
+                break
+    model.eval()
+    return WarmupResult(steps=step, accuracy=acc, seconds=time.monotonic() - start)

@@ -1,0 +1,232 @@
+"""The untrusted side of the code sandbox: runs in a process forked by init, one per test.
+
+Order matters: fds first (so nothing of the host's pipes is reachable), then limits, then the
+privilege drop (setuid to a throwaway uid; NPROC is counted per uid, and a non-root
+uid can neither signal init nor undo the limits), then the program. The seccomp filter and the
+memory cgroup are already in force: they are init's, inherited at fork (rewards/sandbox/seccomp.py,
+rewards/sandbox/cgroup.py).
+
+What this process reports, and why forging it gains nothing:
+  * stdio tests: stdout and the exit status (compared by the host); a status record goes to fd 3;
+  * call tests: the return value as plain data (exact builtin types, so an object with
+    `__eq__ = lambda *a: True` is refused) in the fd-3 record; the expected value never enters the
+    sandbox, so a program that writes its own record only chooses its return value;
+  * assert tests: nothing. The test code runs in a separate judge process (judge.py) that
+    asks this one, over fd 3 (a socketpair), to call the program's functions; the assertions, their
+    expected values and the verdict stay in the judge, which the program cannot reach.
+The fd-3 record carries a per-test nonce from init, so an early exit after a hand-written record is
+told apart from the harness's own.
+"""
+
+import builtins
+import fcntl
+import importlib
+import io
+import json
+import os
+import resource
+import signal
+import sys
+import traceback
+
+PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE = 38, 4
+PRELUDE = ("import sys, os, math, re, heapq, bisect, itertools, functools, collections, string\n"
+           "from typing import *\nfrom collections import *\nfrom functools import *\n")
+MAX_REQUEST_BYTES = 1 << 28  # the judge is trusted; this only bounds a garbled frame
+
+
+def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000, dumpable: bool = True) -> None:
+    """Make this freshly forked process safe to run untrusted code in; exits 111 if any step fails.
+    The judge passes dumpable=False: its /proc/<pid>/mem and fd entries and ptrace become root-only."""
+    try:
+        above = max(max(fds), len(fds)) + 1  # copy everything clear of the targets first: a source fd may be one
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]
+        for target, fd in enumerate(moved):
+            os.dup2(fd, target)
+        os.closerange(len(fds), 1 << 16)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the output cap fails instead
+        os.chdir(work)
+        try:  # init is exempt (-1000); at the cgroup's limit the program goes first, the judge after it
+            with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
+                f.write(str(oom_score))
+        except OSError:
+            pass
+        memory = job["memory_mb"] << 20
+        cpu = int(job["timeout_s"]) + 1
+        for res, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
+                           (resource.RLIMIT_FSIZE, job["max_output_bytes"] + 1),
+                           (resource.RLIMIT_NPROC, job["nproc"]), (resource.RLIMIT_NOFILE, 256),
+                           (resource.RLIMIT_CORE, 0)):
+            resource.setrlimit(res, (value, value))
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if not dumpable:
+            libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        os.umask(0o077)
+    except BaseException:  # noqa: BLE001 - never run untrusted code half-confined
+        os._exit(111)
+
+
+def run_child(job: dict, test: dict, fds: list[int], work: str, nonce: str, wire) -> None:
+    """Never returns: confines this process, runs one test, exits."""
+    confine(job, fds, work, job["uid"])
+    os._exit(_run(job, test, nonce, wire))
+
+
+def _run(job: dict, test: dict, nonce: str, wire) -> int:
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8",
+                                 errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace",
+                                  line_buffering=True)
+    sys.argv = ["solution.py"]
+    kind = test["kind"]
+    ns = {"__name__": "__main__" if kind == "stdio" else "solution", "__builtins__": builtins}
+    verdict, rc = {"status": "ok"}, 0
+    try:
+        compiled = compile(job["code"], "<solution>", "exec")
+        if kind != "stdio":
+            exec(PRELUDE, ns)
+        exec(compiled, ns)
+        if kind == "call":
+            verdict["value"] = _plain(_call(ns, test["fn_name"], test["args"]))
+    except SystemExit as e:
+        if kind != "stdio":  # leaving early is not passing
+            verdict, rc = {"status": "exception", "error": "SystemExit before the test finished"}, 1
+        else:
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except MemoryError:
+        verdict, rc = {"status": "memory", "error": "MemoryError"}, 1
+    except BaseException as e:  # noqa: BLE001 - the program's failure is the verdict
+        traceback.print_exc()
+        verdict, rc = {"status": "exception", "error": f"{type(e).__name__}: {e}"[:500]}, 1
+    _flush()
+    if kind == "assert":
+        _serve(ns, verdict, wire)
+        _flush()
+        return 0
+    verdict["nonce"] = nonce
+    try:
+        record = json.dumps(verdict)
+    except (TypeError, ValueError) as e:
+        record = json.dumps({"status": "exception", "error": f"unserialisable return value: {e}"[:500],
+                             "nonce": nonce})
+    try:
+        os.write(3, (record + "\n").encode())
+    except OSError:
+        pass
+    return rc & 0xFF
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - output over the cap (EFBIG): the host sees truncation
+            pass
+
+
+def _serve(ns: dict, verdict: dict, wire) -> None:
+    """Answer the judge's requests on fd 3 until it hangs up. First message: the program's own outcome
+    (ready, or the exception that ended it). Objects that are not plain data stay here as handles."""
+    objects: list = []
+    index: dict[int, int] = {}
+
+    def handle(x) -> dict:
+        n = index.get(id(x))
+        if n is None:
+            n = index[id(x)] = len(objects)
+            objects.append(x)  # kept alive, so id(x) stays unique
+        return {"h": n, "type": type(x).__name__}
+
+    def remote(tag: dict):
+        return importlib.import_module(tag["m"]) if "m" in tag else objects[tag["h"]]
+
+    hello = {"ready": True} if verdict["status"] == "ok" else {"exc": _exc_name(verdict), "msg": verdict["error"]}
+    try:
+        wire.send(3, hello)
+        while True:
+            request = wire.recv(3, MAX_REQUEST_BYTES)
+            try:
+                if request[0] == "call":
+                    reply = _call_for_judge(request, objects, remote, handle, wire)
+                else:
+                    reply = {"ok": wire.encode(_answer(request, ns, objects, remote, wire), handle)}
+            except BaseException as e:  # noqa: BLE001 - the program's exception is the judge's to see
+                reply = {"exc": type(e).__name__, "msg": str(e)[:500]}
+            wire.send(3, reply)
+    except wire.ChannelClosed:
+        return
+
+
+def _exc_name(verdict: dict) -> str:
+    if verdict["status"] == "memory":
+        return "MemoryError"
+    error = verdict["error"]
+    return "SystemExit" if error.startswith("SystemExit") else error.split(":", 1)[0]
+
+
+def _call_for_judge(request: list, objects: list, remote, handle, wire) -> dict:
+    """["call", target, args, kwargs, containers] -> the result, and the listed container arguments
+    (positions or keywords) as they are after the call (the judge updates its own copies in place)."""
+    _, target, args, kwargs, containers = request
+    args, kwargs = wire.decode(args, remote), wire.decode(kwargs, remote)
+    result = objects[target](*args, **kwargs)
+    after = {key: args[int(key)] if key.isdigit() else kwargs[key] for key in containers}
+    return {"ok": wire.encode(result, handle), "after": wire.encode(after, handle)}
+
+
+def _answer(request: list, ns: dict, objects: list, remote, wire):
+    op, args = request[0], request[1:]
+    if op == "names":  # the program's top-level objects the test code mentions
+        return {name: ns[name] for name in args[0] if name in ns and not name.startswith("__")}
+    target = objects[args[0]]
+    if op == "getattr":
+        return getattr(target, args[1])
+    if op == "getitem":
+        return target[wire.decode(args[1], remote)]
+    if op == "iter":
+        return iter(target)
+    if op == "next":
+        return next(target)
+    return {"len": len, "bool": bool, "str": str, "repr": repr}[op](target)
+
+
+def _call(ns: dict, fn_name: str, args):
+    fn = ns.get(fn_name)
+    if fn is None and isinstance(ns.get("Solution"), type):  # LeetCode style: class Solution: def f(self, ...)
+        fn = getattr(ns["Solution"](), fn_name, None)
+    if not callable(fn):
+        raise NameError(f"function {fn_name!r} is not defined")
+    return fn(*args) if isinstance(args, list) else fn(args)
+
+
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def _plain(x, depth: int = 0):
+    """JSON-ready copy built only from exact builtin types; anything else is refused (TypeError)."""
+    if depth > 200:
+        raise ValueError("return value nested too deeply")
+    t = type(x)
+    if t in _SCALARS:
+        return x
+    if t in (list, tuple):
+        return [_plain(v, depth + 1) for v in x]
+    if t in (set, frozenset):
+        items = [_plain(v, depth + 1) for v in x]
+        try:
+            return sorted(items)
+        except TypeError:
+            return sorted(items, key=repr)
+    if t is dict:
+        return {str(_plain(k, depth + 1)): _plain(v, depth + 1) for k, v in x.items()}
+    raise TypeError(f"return value of type {t.__name__} is not plain data")

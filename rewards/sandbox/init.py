@@ -1,0 +1,368 @@
+"""The trusted side of the code sandbox, run as `python -I init.py` (threat model: rewards/sandbox/runner.py).
+
+Reads one JSON job on stdin, writes one JSON report on stdout. Imports only the stdlib and psutil,
+nothing from lagrl; its siblings are loaded by path: fs (namespaces, mounts), seccomp
+(the system-call filter), cgroup (memory counters), child (the untrusted side),
+judge and wire (assert tests). Shape of the process tree:
+
+    reward worker ── launcher (this file, new session) ── init (pid 1 of a new pid namespace, root,
+                                                           unkillable from inside, seccomp-filtered)
+                                                            ├─ the program: one forked child per test
+                                                            │  (cgroup, rlimits, private uid, no privileges)
+                                                            └─ assert tests only: the judge, forked beside
+                                                               it (another private uid), linked to it by
+                                                               a socketpair; its verdict is the test's
+Per test, init enforces the wall-clock limit and a psutil watchdog over its whole subtree (RSS and
+process count), reads the sandbox cgroup's limit-hit and OOM-kill counters, then SIGKILLs everything
+left (kill(-1) as pid 1 of the namespace; psutil + uid sweep without one). Without namespaces the
+launcher itself plays init (a child subreaper, so orphans stay countable).
+"""
+
+import ctypes
+import json
+import os
+import resource
+import secrets
+import select
+import signal
+import socket
+import sys
+import time
+
+import psutil
+
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+STDERR_TAIL = 8192
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _load(name: str):
+    """A sibling module loaded by path: `python -I` keeps this directory off sys.path, and it should
+    stay off (rewards/ module names could shadow real ones)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                     f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tree(me: psutil.Process) -> list[psutil.Process]:
+    try:
+        return me.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _rss(procs) -> int:
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def _kill_everything(is_pid1: bool, uid) -> None:
+    """Every process this sandbox started dies here, including ones that called setsid()."""
+    if is_pid1:
+        try:
+            os.kill(-1, signal.SIGKILL)  # as pid 1 of the namespace: everyone in it but us
+        except ProcessLookupError:
+            pass
+    else:
+        me = psutil.Process()
+        for _ in range(100):  # a fork bomb may be forking while we kill; each round shrinks it
+            victims = _tree(me)
+            if uid is not None:
+                victims += [p for p in psutil.process_iter(["uids"]) if p.info["uids"]
+                            and p.info["uids"].real == uid]
+            if not victims:
+                break
+            for p in victims:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            _reap(block=False)
+    _reap(block=True)
+
+
+def _reap(block: bool) -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _read_capped(path: str, cap: int, tail: bool = False) -> tuple[str, bool]:
+    """At most `cap` bytes (the first ones, or the last ones with `tail`), and whether there was more."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if tail and size > cap:
+            f.seek(size - cap)
+        data = f.read(cap + 1)
+    return data[:cap].decode("utf-8", "replace"), size > cap
+
+
+class _Siblings:
+    """The modules loaded by path before the mounts (the checkout is out of the program's root afterwards); the
+    judge's two only when the job has assert tests."""
+
+    def __init__(self, judged: bool):
+        for name in ("fs", "seccomp", "cgroup", "sockets", "child") + (("judge", "wire") if judged else ()):
+            setattr(self, name, _load(name))
+        if not judged:
+            self.judge = self.wire = None
+
+
+def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, mods: _Siblings,
+              unseen) -> dict:
+    paths = {name: os.path.join(cap_dir, f"{index}.{name}") for name in ("in", "out", "err", "val")}
+    with open(paths["in"], "w", encoding="utf-8") as f:
+        f.write(test.get("stdin", ""))
+    stdin = os.open(paths["in"], os.O_RDONLY)
+    out, err, val = (os.open(paths[n], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for n in ("out", "err", "val"))
+    nonce = secrets.token_hex(16)
+    before = mods.cgroup.counters(job["cgroup"], job["cgroup_fd"]) if job["cgroup"] else (0, 0)
+    sys.stdout.flush()
+    start = time.monotonic()
+    judge = None
+    if test["kind"] == "assert":  # the program answers on a socketpair; the judge alone holds the verdict file
+        ours, theirs = socket.socketpair()
+        fds = [stdin, out, err, ours.fileno()]
+        program = _fork(lambda: mods.child.run_child(job, test, fds, work, nonce, mods.wire))
+        judge = _fork(lambda: mods.judge.run_judge(job, [stdin, err, err, val, theirs.fileno(), test["code_fd"]],
+                                                   work, nonce, mods.child.confine, mods.child.PRELUDE, mods.wire))
+        ours.close()
+        theirs.close()
+    else:
+        program = _fork(lambda: mods.child.run_child(job, test, [stdin, out, err, val], work, nonce, mods.wire))
+    for fd in (stdin, out, err, val):
+        os.close(fd)
+    main = judge or program
+    stop, peak = _watch(main, start + job["timeout_s"], job["memory_mb"] << 20, job["max_procs"], judge, unseen)
+    duration = time.monotonic() - start
+    statuses = []
+    if judge:  # before anything is killed: did the program's process end on its own (SIGXCPU, OOM kill)?
+        ended, program_status = os.waitpid(program, os.WNOHANG)
+        statuses = [program_status] if ended else []
+    if stop:
+        os.kill(main, signal.SIGKILL)
+    _, status = os.waitpid(main, 0)  # the main process first: its status is the test's
+    statuses.insert(0, status)
+    _kill_everything(is_pid1, job["uid"])
+    after = mods.cgroup.counters(job["cgroup"], job["cgroup_fd"]) if job["cgroup"] else (0, 0)
+    cap = job["max_output_bytes"]
+    stdout, out_trunc = _read_capped(paths["out"], cap)
+    stderr, _ = _read_capped(paths["err"], STDERR_TAIL, tail=True)  # diagnostics: the traceback end
+    verdict = _read_record(paths["val"], cap, nonce)
+    for p in paths.values():
+        os.unlink(p)
+    xcpu = any(os.WIFSIGNALED(s) and os.WTERMSIG(s) == signal.SIGXCPU for s in statuses)
+    killed = next((os.WTERMSIG(s) for s in statuses if os.WIFSIGNALED(s)), None)
+    return {"exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, "signal": killed,
+            "timeout": stop == "timeout" or xcpu, "procs": stop == "procs",
+            "memory": stop == "memory" or after != before or (verdict or {}).get("status") == "memory",
+            "peak_rss": peak, "duration": duration, "stdout": stdout, "stderr": stderr,
+            "truncated": out_trunc, "verdict": verdict}
+
+
+def _fork(run) -> int:
+    pid = os.fork()
+    if pid == 0:  # never returns: run_child / run_judge end in os._exit
+        try:
+            run()
+        finally:
+            os._exit(111)
+    return pid
+
+
+def _read_record(path: str, cap: int, nonce: str) -> dict | None:
+    """The harness's (or the judge's) one-line record on fd 3; None if nothing was written. Anything
+    else is an invalid verdict whose error says what the channel held."""
+    try:
+        raw, truncated = _read_capped(path, cap)
+    except OSError as e:
+        return {"status": "invalid", "error": f"the result channel could not be read: {e}"}
+    lines = [line for line in raw.split("\n") if line.strip()]
+    if not lines:
+        return None
+    if len(lines) > 1 or truncated:
+        return {"status": "invalid", "error": f"the result channel held {len(lines)}{'+' if truncated else ''} "
+                "records instead of one (a forked copy of the program reached the harness, or the program "
+                "wrote to fd 3 itself)"}
+    try:
+        record = json.loads(lines[0])
+    except ValueError:
+        return {"status": "invalid", "error": "the result channel held text that is not a record (the program "
+                "wrote to fd 3 itself)"}
+    if not isinstance(record, dict) or record.pop("nonce", None) != nonce:
+        return {"status": "invalid", "error": "the result record lacks this test's nonce: the program wrote it, "
+                "not the harness"}
+    return record
+
+
+def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int | None, unseen) -> tuple[str, int]:
+    """Wait for the test's main process while polling its subtree (every 20 ms, and once after the main
+    process ends): memory against the limit and process count against max_procs (the only fork cap
+    when the program runs as root, which RLIMIT_NPROC never binds). Memory is the RSS of the
+    program's processes (the judge's own is bounded by its RLIMIT_AS) plus `unseen()`: memory no
+    process maps (see _unseen_memory). -> ("" | "timeout" | "memory" | "procs", peak bytes)."""
+    me, peak = psutil.Process(), 0
+    pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout", peak
+            ended = bool(select.select([pidfd], [], [], min(remaining, 0.02))[0])
+            tree = _tree(me)  # once more after the end: what the program's other processes still hold counts
+            if len(tree) > max_procs + (judge is not None) and not ended:
+                return "procs", peak
+            held = _rss([p for p in tree if p.pid != judge]) + (unseen() if unseen else 0)
+            peak = max(peak, held)
+            if peak > mem_limit:
+                return "memory", peak
+            if ended:
+                return "", peak
+    finally:
+        os.close(pidfd)
+
+
+def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: int) -> None:
+    fs = mods.fs
+    # The cgroup's counters are read through a descriptor: the private root has no /sys.
+    job["cgroup_fd"] = os.open(job["cgroup"], os.O_RDONLY | os.O_DIRECTORY) if job["cgroup"] else None
+    if "mount" in isolation:
+        work, cap = fs.private_fs(job)
+        isolation = isolation + ["rootfs"]
+    else:
+        work, cap = fs.layout(job["base"], job["uid"])
+        if job["uid"] is not None and not all(fs.reachable_by_others(p) for p in fs.python_paths()):
+            # The private uid cannot read the interpreter's stdlib (e.g. under /root) and without a
+            # mount namespace we cannot bind it elsewhere. Staying root would void RLIMIT_NPROC (root
+            # is exempt) and file permissions, so keep the uid and preload common modules instead.
+            fs.preload()
+            isolation = isolation + ["preloaded-stdlib"]
+    if job["uid"] is not None:
+        isolation = isolation + ["uid"]
+    if job["cgroup"]:
+        isolation = isolation + ["cgroup"]
+    if job.get("cpu"):
+        isolation = isolation + ["cpu"]
+    unseen, isolation = _unseen_memory(job, mods, isolation)
+    program = mods.seccomp.filter_program()  # after _unseen_memory's netlink socket: the filter refuses new ones
+    if program is not None:  # on ourselves, now that the mounts are done: every later fork inherits it
+        try:
+            mods.seccomp.install(program)
+            isolation = isolation + ["seccomp"]
+        except OSError:  # a kernel or container that refuses filters: reported by its absence
+            pass
+    job["nproc"] = job["max_procs"]
+    if job["uid"] is None and os.geteuid() != 0:  # NPROC counts all of this user's tasks: add ours
+        job["nproc"] += sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
+                            if p.info["uids"] and p.info["uids"].real == os.getuid())
+    # Work every forked test process would otherwise repeat, done once here: CPython builds its AST
+    # types on the first compile() (~1 ms and ~80 copied pages per fork), and the prelude's imports.
+    compile("pass", "<warm-up>", "exec")
+    kinds = {t["kind"] for t in job["tests"]}
+    if kinds - {"stdio"}:
+        exec(mods.child.PRELUDE, {})
+    if "assert" in kinds:
+        import ast  # noqa: F401 - the judge parses the test code
+    tests = [_run_test(job, i, t, work, cap, is_pid1, mods, unseen) for i, t in enumerate(job["tests"])]
+    _write_all(result_fd, json.dumps({"isolation": isolation, "tests": tests}).encode())
+
+
+def _unseen_memory(job, mods: _Siblings, isolation: list[str]):
+    """What the watchdog adds to RSS: bytes parked in unix-socket buffers of our own network namespace
+    ("sockmem"), and without a private /dev/shm, the size of what the sandbox's uids own in the host's
+    ("shm-files": shm_open and plain files there are memory, and outlive their processes). A cgroup
+    counts both anyway; these keep the limit where none can be made. -> (callable or None, isolation)."""
+    parts = []
+    if "net" in isolation:  # every unix socket of this network namespace is the sandbox's
+        try:
+            parts.append(mods.sockets.UnixSocketMemory().held)
+            isolation = isolation + ["sockmem"]
+        except OSError:
+            pass
+    if "mount" not in isolation and job["uid"] is not None:
+        uids = {job["uid"], job["uid"] + (1 << 24)}
+        parts.append(lambda: _owned_bytes("/dev/shm", uids))
+        isolation = isolation + ["shm-files"]
+    return ((lambda: sum(part() for part in parts)) if parts else None), isolation
+
+
+def _owned_bytes(directory: str, uids: set[int]) -> int:
+    """Allocated bytes (not sizes: a sparse file holds nothing) under `directory` owned by `uids`."""
+    total = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if st.st_uid in uids:
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    total += _owned_bytes(entry.path, uids)
+        except OSError:
+            pass
+    return total
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _oom_score_adj(value: int) -> None:
+    """-1000: never the OOM killer's pick; 1000: its first. Lowering needs root; without it, skip."""
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
+            f.write(str(value))
+    except OSError:
+        pass
+
+
+def main() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the reward worker died: so do we
+    # At the cgroup's limit the kernel OOM-kills inside it: the program, never the launcher or init
+    # (forked test processes set their own score back up, see child.confine).
+    _oom_score_adj(-1000)
+    job = json.loads(sys.stdin.buffer.read())
+    for test in job["tests"]:  # assert code: an fd for the judge, never a string in our memory
+        path = test.pop("code_path", None)
+        if path is not None:
+            test["code_fd"] = os.open(path, os.O_RDONLY)
+            os.unlink(path)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    mods = _Siblings(any(t["kind"] == "assert" for t in job["tests"]))
+    isolation = mods.fs.unshare_any(job)
+    if "pid" in isolation:
+        child = os.fork()  # the first child after unshare(CLONE_NEWPID) is pid 1 of the namespace
+        if child:
+            _, status = os.waitpid(child, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    else:
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    result_fd = os.dup(1)
+    try:
+        _init(job, mods, "pid" in isolation, isolation, result_fd)
+    except Exception as e:  # noqa: BLE001 - report, do not traceback into the host's pipe
+        _write_all(result_fd, json.dumps({"isolation": isolation, "fatal": f"{type(e).__name__}: {e}"}).encode())
+        os._exit(1)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
