@@ -44,15 +44,15 @@ class ActorConfig(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; keep 1.0 for unbiased behaviour log-probs.")
     max_model_len: int = Field(32768, ge=16, description="vLLM context length (prompt + response).")
     max_prompts_in_flight: int = Field(64, ge=1, description="Prompts an actor keeps in its engine at once (continuous batching).")
-    weight_transport: Literal["ray", "collective"] = Field("ray", description="Ray object store (CPU, multi-node, small models) or a collective broadcast from learner rank 0 into every engine (NCCL on GPU, gloo on CPU); 'nccl' is accepted for collective.")
+    weight_transport: Literal["auto", "ray", "collective"] = Field("auto", description="Ray object store (CPU, multi-node, small models) or a collective broadcast from learner rank 0 into every engine (NCCL on GPU, gloo on CPU); 'nccl' is accepted for collective. 'auto': the driver picks from the placement and says why (launch.layout): ray on CPU, collective over gloo when the learner and engines share a GPU, collective over NCCL on separate GPUs.")
     collective: CollectiveConfig = Field(default_factory=CollectiveConfig, description="Settings of the collective weight transport.")
-    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per actor (0 on CPU); tensor_parallel_size GPUs are needed per engine.")
+    num_gpus: float = Field(0.0, ge=0.0, description="GPUs per actor (0 on CPU); tensor_parallel_size GPUs are needed per engine. Below 1 the engine may share its GPU with the learner or other engines (tensor_parallel_size 1 only); its gpu_memory_utilization must then fit in that share.")
     num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves per actor.")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism per engine (GPU only).")
     engine_process: Literal["auto", "in_process", "separate"] = Field("auto", description="Where vLLM's engine core runs: 'separate' = a child process of the actor (vLLM's own default on GPU), 'in_process' = the actor's process; auto = separate with GPUs, in_process on CPU. Weights reach either through a weight-transfer engine (actors/transport/vllm_engine.py).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Engine dtype; auto = bf16 on GPU, fp32 on CPU.")
     enforce_eager: bool = Field(True, description="Skip graph capture/compilation: much faster start-up, slower decoding; off for long GPU runs.")
-    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="vLLM KV-cache budget on GPU.")
+    gpu_memory_utilization: float = Field(0.85, gt=0.0, le=1.0, description="Fraction of the GPU's memory this vLLM engine may use (weights, activations, KV cache); at most num_gpus when the engine shares a GPU.")
     cpu_memory_utilization: float = Field(0.1, gt=0.0, le=1.0, description="On CPU vLLM checks this fraction of RAM is free at start-up (several engines and the learner share a node); the KV cache itself is cpu_kv_cache_gib.")
     cpu_kv_cache_gib: int = Field(1, ge=1, description="VLLM_CPU_KVCACHE_SPACE on CPU engines (GiB).")
     max_restarts: int = Field(3, ge=0, description="Ray restarts a crashed actor this many times; its un-ACKed prompts are reclaimed.")
@@ -65,17 +65,24 @@ class ActorConfig(BaseModel):
         return "collective" if value == "nccl" else value
 
     @model_validator(mode="after")
-    def _nccl_needs_whole_gpus(self) -> ActorConfig:
-        """NCCL puts no two ranks of one group on one GPU: an engine on a fraction of a GPU shares it
-        with the learner or another engine ('auto' is NCCL whenever the learner is on a GPU)."""
-        if self.weight_transport == "collective" and self.collective.backend != "gloo" \
-                and self.num_gpus != int(self.num_gpus):
-            raise ValueError(
-                f"actors.num_gpus={self.num_gpus} shares a GPU, and the collective transport's "
-                f"{self.collective.backend!r} backend is NCCL on GPUs, which refuses two ranks on one device: "
-                "give each actor whole GPUs (--actors.num_gpus 1), or send weights over gloo "
-                "(--actors.collective.backend gloo) or the object store (--actors.weight_transport ray)")
+    def _gpu_share(self) -> ActorConfig:
+        problems = gpu_share_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
+
+    @property
+    def shares_gpu(self) -> bool:
+        """An engine on a fraction of a GPU: the learner or other engines may be on the same one."""
+        return 0 < self.num_gpus < 1
+
+    def transport_or_default(self) -> ActorConfig:
+        """This config with weight_transport 'auto' made concrete where no placement is known (an
+        actor built without the driver): the object store, which works for every placement. The
+        driver resolves 'auto' from the placement first (launch.layout)."""
+        if self.weight_transport != "auto":
+            return self
+        return self.model_copy(update={"weight_transport": "ray"})
     # --- placement on a cluster (actors.cluster.placement) ---
     resources: CustomResources = Field(
         default_factory=dict, description="Custom Ray resources each actor needs, e.g. {\"gen\": 1}: actors "
@@ -84,3 +91,23 @@ class ActorConfig(BaseModel):
     avoid_driver_node: bool = Field(
         True, description="In a Ray cluster of several nodes, never place an actor on the driver's node "
         "(a single-node Ray is unaffected).")
+
+
+def gpu_share_problems(cfg: ActorConfig) -> list[str]:
+    """Why an engine on a fraction of a GPU cannot work as configured, or [] (each names the fix)."""
+    if not cfg.shares_gpu:
+        return []
+    problems = []
+    if cfg.tensor_parallel_size > 1:
+        problems.append(f"num_gpus={cfg.num_gpus:g} with tensor_parallel_size={cfg.tensor_parallel_size}: vLLM "
+                        "places one tensor-parallel worker per whole GPU; use --actors.num_gpus 1 for tensor "
+                        "parallelism, or --actors.tensor_parallel_size 1 to share a GPU")
+    if cfg.gpu_memory_utilization > cfg.num_gpus:
+        problems.append(f"gpu_memory_utilization={cfg.gpu_memory_utilization:g} exceeds the engine's GPU share "
+                        f"num_gpus={cfg.num_gpus:g}: engines and the learner packed on one GPU would ask for more "
+                        f"than its memory; set --actors.gpu_memory_utilization {cfg.num_gpus:g} or less")
+    if cfg.weight_transport == "collective" and cfg.collective.backend == "nccl":
+        problems.append(f"num_gpus={cfg.num_gpus:g} with collective.backend=nccl: an engine on a shared GPU would "
+                        "put two NCCL ranks on one GPU, which NCCL refuses; use --actors.collective.backend gloo "
+                        "(or auto), or --actors.num_gpus 1")
+    return problems

@@ -99,7 +99,7 @@ class GenerationActorImpl:
         # buffer_cfg: the run's BufferConfig (None = defaults), e.g. its reclaim_idle_ms / backpressure
         self.buffer = RunBuffer.from_url(redis_url, run_id, buffer_cfg)
         self.eval_buffer = RunBuffer.from_url(redis_url, eval_run_id(run_id), buffer_cfg)
-        self.transport = transport or transport_for(cfg, run_id)
+        self.transport = transport or transport_for(cfg.transport_or_default(), run_id)
         self.scorer = reward_scorer
         index = int(actor_id.rsplit("-", 1)[-1]) if actor_id[-1].isdigit() else 0
         # every prompt in flight runs its whole group at once (the run's group size)

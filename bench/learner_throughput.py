@@ -82,7 +82,7 @@ def main() -> None:
                         micro_batch_tokens=args.micro_batch_tokens)
     ours = RankEngine(cfg, mdir, 0, 1, args.device, group_size=args.rows)   # one group of all rows
     bare_model = load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False)
-    bare, _ = build_engine(bare_model, cfg, ours.ds_config, args.device)
+    bare, *_ = build_engine(bare_model, cfg, ours.ds_config, args.device)   # the same optimizer as ours
 
     rng = np.random.default_rng(0)
     rows = [Row(prompt_ids=rng.integers(2, vocab, args.prompt_len).astype(np.int32),

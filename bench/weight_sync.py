@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/weight_sync.py                           # CPU (gloo): tiny model + Qwen2.5-1.5B-sized
     .venv/bin/python bench/weight_sync.py --sets tiny --receivers 2
-    .venv/bin/python bench/weight_sync.py --device cuda             # NCCL: learner on cuda:0, receivers cuda:1..
+    .venv/bin/python bench/weight_sync.py --device cuda             # learner on cuda:0, receivers cuda:1..
+                                                                    # (NCCL); one GPU: all on cuda:0 (gloo)
 
 For each weight set (``tiny``: the tiny world's model, fp32; ``qwen1.5b``: random tensors with the
 shapes of Qwen2.5-1.5B, bf16, 3.1 GB) it prints bytes per version and seconds per version of:
@@ -17,6 +18,10 @@ shapes of Qwen2.5-1.5B, bf16, 3.1 GB) it prints bytes per version and seconds pe
 
 and the ratio of each to bytes / link bandwidth (1.0 = as fast as the bare broadcast).
 Median of ``--repeats`` versions after one warm-up.
+
+On CUDA, receiver r runs on ``cuda:{r % GPUs}``. NCCL cannot put two ranks on one GPU, so with fewer
+GPUs than learner + receivers (one GPU: everything on cuda:0) the backend is gloo (``--backend auto``),
+as the one-GPU layout's runs use: buckets staged through host memory, the link a host broadcast.
 """
 
 from __future__ import annotations
@@ -44,7 +49,24 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=5, help="timed versions per path (after 1 warm-up)")
     ap.add_argument("--bucket-mb", type=int, default=0, help="collective bucket size (0 = the transport's default)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    return ap.parse_args()
+    ap.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
+                    help="auto: nccl when the learner and every receiver have a GPU of their own, else gloo")
+    args = ap.parse_args()
+    args.gpus = _gpu_count() if args.device == "cuda" else 0
+    if args.device == "cuda" and not args.gpus:
+        ap.error("--device cuda: no CUDA device visible")
+    own_gpus = args.gpus >= args.receivers + 1
+    if args.backend == "auto":
+        args.backend = "nccl" if args.device == "cuda" and own_gpus else "gloo"
+    if args.backend == "nccl" and not (args.device == "cuda" and own_gpus):
+        ap.error(f"--backend nccl needs --device cuda and a GPU per rank ({args.receivers + 1}), "
+                 f"found {args.gpus}: NCCL cannot run two ranks on one GPU; use --backend gloo")
+    return args
+
+
+def _gpu_count() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def weight_set(name: str, device: str):
@@ -82,8 +104,18 @@ def _link_group(port: int, rank: int, world: int, device: str):
     from actors.transport.channel import open_channel
     store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
                           timeout=dt.timedelta(seconds=600))
-    return open_channel("nccl" if device.startswith("cuda") else "gloo", store, 0, rank, world, 600,
-                        torch.device(device))
+    return open_channel(backend_of(device), store, 0, rank, world, 600, torch.device(device))
+
+
+def backend_of(link_device: str) -> str:
+    """The link's backend from where its buffers live: NCCL on CUDA, gloo (host memory) otherwise."""
+    return "nccl" if link_device.startswith("cuda") else "gloo"
+
+
+def link_device(args, device: str) -> str:
+    """Where a member's link buffer lives: its GPU under NCCL; host memory under gloo (the path the
+    gloo transport takes: it stages every bucket through host memory)."""
+    return device if args.backend == "nccl" else "cpu"
 
 
 def link_member(port: int, rank: int, world: int, nbytes: int, repeats: int, device: str) -> None:
@@ -103,18 +135,19 @@ def measure_link(nbytes: int, args, ctx) -> list[float]:
     from actors.transport.channel import open_channel
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=dt.timedelta(seconds=600))
     world = args.receivers + 1
-    procs = [ctx.Process(target=link_member, args=(store.port, r, world, nbytes, args.repeats, _rx_device(args, r)))
+    procs = [ctx.Process(target=link_member, args=(store.port, r, world, nbytes, args.repeats,
+                                                   link_device(args, _rx_device(args, r))))
              for r in range(1, world)]
     for p in procs:
         p.start()
-    dev = "cuda:0" if args.device == "cuda" else "cpu"
-    channel = open_channel("nccl" if args.device == "cuda" else "gloo", store, 0, 0, world, 600, torch.device(dev))
+    dev = link_device(args, "cuda:0" if args.device == "cuda" else "cpu")
+    channel = open_channel(backend_of(dev), store, 0, 0, world, 600, torch.device(dev))
     buf = torch.ones(nbytes, dtype=torch.uint8, device=dev)
     times = []
     for k in range(args.repeats + 1):
         t = time.perf_counter()
         channel.broadcast(buf)
-        if args.device == "cuda":
+        if dev.startswith("cuda"):
             torch.cuda.synchronize()
         if k:
             times.append(time.perf_counter() - t)
@@ -125,7 +158,8 @@ def measure_link(nbytes: int, args, ctx) -> list[float]:
 
 
 def _rx_device(args, rank: int) -> str:
-    return f"cuda:{rank}" if args.device == "cuda" else "cpu"
+    """Rank ``rank``'s device: GPUs dealt round-robin (one GPU: every rank on cuda:0)."""
+    return f"cuda:{rank % args.gpus}" if args.device == "cuda" else "cpu"
 
 
 # ---- collective -----------------------------------------------------------------------------------------
@@ -134,7 +168,8 @@ def measure_collective(params, args, ctx) -> tuple[list[float], int, list[float]
     from actors.transport import make_transport
     from tests.collective_members import member_main
 
-    cfg = CollectiveConfig(bucket_mb=args.bucket_mb or None, join_timeout_s=600, collective_timeout_s=600)
+    cfg = CollectiveConfig(backend=args.backend, bucket_mb=args.bucket_mb or None, join_timeout_s=600,
+                           collective_timeout_s=600)
     transport = make_transport("collective", "bench", cfg=cfg)
     bound = transport.bind_learner(0, "127.0.0.1", args.device)
     names = [f"rx-{r}" for r in range(args.receivers)]
@@ -185,7 +220,7 @@ def measure_object_store(params, args) -> list[float]:
              log_to_driver=False, _system_config=SYSTEM_CONFIG)
     try:
         transport = RayObjectStoreTransport("bench", keep=1)
-        fetchers = [Fetcher.options(num_gpus=1 if args.device == "cuda" else 0).remote(
+        fetchers = [Fetcher.options(num_gpus=_fetcher_gpus(args)).remote(
             transport, "cuda" if args.device == "cuda" else "cpu") for _ in range(args.receivers)]
         times = []
         for v in range(args.repeats + 1):
@@ -201,11 +236,20 @@ def measure_object_store(params, args) -> list[float]:
         ray.shutdown()
 
 
+def _fetcher_gpus(args) -> float:
+    """A GPU per fetcher while there are enough, else equal shares (one GPU: all of them on it)."""
+    if args.device != "cuda":
+        return 0
+    return 1.0 if args.gpus >= args.receivers else int(100 * args.gpus / args.receivers) / 100
+
+
 def main() -> None:
     args = parse()
     import torch
     ctx = mp.get_context("spawn")
-    print(f"device {args.device}, receivers {args.receivers}, repeats {args.repeats} (median; after 1 warm-up), "
+    print(f"device {args.device} ({args.gpus} GPUs, backend {args.backend}), receivers {args.receivers} on "
+          f"{[_rx_device(args, r + 1) for r in range(args.receivers)]}, repeats {args.repeats} "
+          "(median; after 1 warm-up), "
           f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}", flush=True)
     for name in args.sets:
         dev = "cuda:0" if args.device == "cuda" else "cpu"

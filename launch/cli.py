@@ -84,5 +84,9 @@ def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> Non
         print(cfg.model_dump_json(indent=2), flush=True)
         return
     print(config_line(cfg), flush=True)
+    from launch.layout import LayoutError
     from launch.run.driver import run
-    run(cfg)
+    try:
+        run(cfg)
+    except LayoutError as exc:          # refused before anything started: the message names the fix
+        sys.exit(f"error: {exc}")

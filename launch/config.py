@@ -126,10 +126,19 @@ class RunConfig(BaseModel):
         if cache is not None and cache > shortest:
             raise ValueError(f"learner.advantage.overlong_cache={cache} exceeds the shortest stage budget "
                              f"{shortest}: L_cache must be <= L_max of every stage")
-        if self.learner.versions_needed > 1 and self.actors.weight_transport != "ray":
+        if self.learner.versions_needed > 1 and self.actors.weight_transport == "collective":   # auto picks ray
             raise ValueError(f"learner.fixed_lag={self.learner.fixed_lag} samples with versions up to "
                              f"{self.learner.fixed_lag} behind the newest, and the {self.actors.weight_transport} "
                              "weight transport broadcasts only the newest: use --actors.weight_transport ray")
+        return self
+
+    @model_validator(mode="after")
+    def _gpu_layout(self) -> RunConfig:
+        from launch.layout import config_problems
+
+        problems = config_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @property

@@ -5,9 +5,9 @@ SFT stage (``launch.sft.train``) and the learner benchmark (``bench/learner_thro
 
     set_rendezvous / init_distributed   torch.distributed through DeepSpeed (gloo on CPU, NCCL on CUDA)
     load_hf_model                       an HF causal LM for training (no KV cache, optional checkpointing)
-    deepspeed_config                    the engine layout: nominal batch sizes, ZeRO, dtype, clipping, AdamW
+    deepspeed_config                    the engine layout: nominal batch sizes, ZeRO, dtype, clipping
     build_engine                        ``deepspeed.initialize``: the one place an engine and its optimizer
-                                        are built
+                                        are built (the optimizer ``learner.optimizer`` chooses)
     optimizer_step                      one optimizer step with the global grad norm clipped; (norm, lr)
     full_params / cpu_state_dict        full weights out of an engine (gathered bucket by bucket under ZeRO-3)
 
@@ -16,6 +16,9 @@ ranks' loss tokens or responses of the update), the accumulation boundary is set
 (``set_gradient_accumulation_boundary``) and the loss is scaled by the world size
 (``learner.loss.deepspeed_loss_scale``), so DeepSpeed's gradient average becomes the exact sum that
 clipping sees (``learner.engine``'s docstring).
+
+Nothing here compiles an op at run time: the CPU comm backend's shared-memory op is never built
+(:func:`init_distributed`), and DeepSpeed's FusedAdam is used only when prebuilt (``learner.optimizer``).
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from learner.optimizer import OptimizerName, fused_adam_section, resolve_optimizer, torch_adamw
 from learner.trainer_config import LearnerConfig
 
 NOMINAL_ROW_TOKENS = 1024  # row length guess for DeepSpeed's bookkeeping batch sizes only
+SHM_COMM_OP = "deepspeed_shm_comm"
 
 
 # --- processes --------------------------------------------------------------------------------------
@@ -47,11 +52,28 @@ def set_rendezvous(addr: str, port: int, rank: int, world: int, local_rank: int)
     os.environ.pop("LOCAL_SIZE", None)
 
 
+def skip_shm_comm_op() -> None:
+    """Make DeepSpeed's CPU comm backend skip (never build) its shared-memory op in this process.
+
+    On CPU the backend JIT-builds ``deepspeed_shm_comm`` (a C++ extension, 1-2 min on 2 cores) the
+    first time a process initialises it. It serves only ``inference_all_reduce`` (DeepSpeed-Inference
+    tensor parallelism); training's collectives go through torch.distributed (gloo) either way. torch's
+    extension cache keys the build by its command line, so two kinds of processes (a Ray learner rank,
+    a plain SFT process) rebuilt it in turn, again and again. Marking the op incompatible in
+    DeepSpeed's own record (``deepspeed.ops.__compatible_ops__``, a cached dict edited in place) makes
+    the backend skip it: nothing is compiled, the gradients are the same. The CUDA accelerator has no
+    such builder.
+    """
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__[SHM_COMM_OP] = False
+
+
 def init_distributed(device: str) -> tuple[int, int]:
     """torch.distributed through DeepSpeed, NCCL on 'cuda' and gloo on 'cpu'; (rank, world size).
 
     Reads the rendezvous from the environment; a process run plainly (no launcher set one) is one
-    rank on a free loopback port.
+    rank on a free loopback port. No op is built (:func:`skip_shm_comm_op`).
     """
     if "WORLD_SIZE" not in os.environ:
         with socket.socket() as s:
@@ -60,6 +82,8 @@ def init_distributed(device: str) -> tuple[int, int]:
         set_rendezvous("127.0.0.1", port, 0, 1, 0)
     import deepspeed
 
+    if device != "cuda":
+        skip_shm_comm_op()
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", auto_mpi_discovery=False,
                                verbose=False)
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -159,27 +183,34 @@ def deepspeed_config(cfg: LearnerConfig, world: int, device: str, group_size: in
         "train_batch_size": mbs * gas * world,
         "gradient_clipping": 0.0 if clips_itself(cfg, device) else cfg.grad_clip,
         "zero_optimization": zero, "bf16": {"enabled": bf16}, "fp16": {"enabled": False},
-        # torch's AdamW on CPU: DeepSpeed's FusedAdam is a CUDA kernel.
-        "optimizer": {"type": "AdamW", "params": {
-            "lr": cfg.lr, "betas": list(cfg.betas), "eps": cfg.adam_eps,
-            "weight_decay": cfg.weight_decay, "torch_adam": device != "cuda"}},
+        # no optimizer section: build_engine adds the one learner.optimizer picks (never a JIT-built op)
         "zero_allow_untested_optimizer": True, "steps_per_print": 10**12, "wall_clock_breakdown": False,
     }
 
 
 def build_engine(model, cfg: LearnerConfig, ds_config: dict, device: str,
-                 lr_scheduler: Callable | None = None) -> tuple[Any, Any]:
-    """``deepspeed.initialize`` of ``model``'s trainable parameters; (engine, lr scheduler or None).
+                 lr_scheduler: Callable | None = None) -> tuple[Any, Any, OptimizerName]:
+    """``deepspeed.initialize`` of ``model``'s trainable parameters; (engine, lr scheduler or None,
+    the optimizer's name).
 
-    The one place an engine and its optimizer are built: the optimizer is the AdamW of ``cfg``
-    (``lr``, ``betas``, ``adam_eps``, ``weight_decay``) that ``ds_config`` names for ``device``.
+    The one place an engine and its optimizer are built: the AdamW of ``cfg`` (``lr``, ``betas``,
+    ``adam_eps``, ``weight_decay``) in the implementation ``cfg.optimizer`` resolves to on ``device``
+    (``learner.optimizer``): torch's as DeepSpeed's client optimizer, or DeepSpeed's prebuilt FusedAdam
+    as ds_config's optimizer section. ``ds_config`` must hold none (:func:`deepspeed_config` writes none).
     """
+    if "optimizer" in ds_config:
+        raise ValueError("ds_config already names an optimizer; learner.optimizer chooses it")
     import deepspeed
 
-    engine, _, _, scheduler = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config,
-        lr_scheduler=lr_scheduler)
-    return engine, scheduler
+    name = resolve_optimizer(cfg.optimizer, device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if name == "torch_adamw":
+        client, config = torch_adamw(params, cfg, device), ds_config
+    else:
+        client, config = None, {**ds_config, "optimizer": fused_adam_section(cfg)}
+    engine, _, _, scheduler = deepspeed.initialize(model=model, model_parameters=params, optimizer=client,
+                                                   config=config, lr_scheduler=lr_scheduler)
+    return engine, scheduler, name
 
 
 def optimizer_step(engine, cfg: LearnerConfig, device: str) -> tuple[float, float]:

@@ -77,8 +77,8 @@ class RankEngine:
         model = load_hf_model(model_dir, dtype, cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
         self.vocab_size = int(model.config.vocab_size)
-        self.engine, self.scheduler = build_engine(model, cfg, self.ds_config, device,
-                                                   lr_scheduler=warmup_schedule(cfg.warmup_steps))
+        self.engine, self.scheduler, self.optimizer_name = build_engine(
+            model, cfg, self.ds_config, device, lr_scheduler=warmup_schedule(cfg.warmup_steps))
         self.model_dir, self.dtype = str(model_dir), dtype
         self.reference = None     # frozen initial policy for the k3 KL, loaded on first use
 

@@ -36,7 +36,7 @@ The learner prints nothing per step: :meth:`Learner.step` returns the row and th
 Driver usage (a Ray cluster is up; the buffer server is running)::
 
     with Learner.from_url(cfg, buffer_url=url, run_id=run_id, model_dir=model_dir, run_dir=run_dir,
-                          transport=transport_for(actor_cfg, run_id), temperature=1.0,
+                          transport=transport_for(actor_cfg.transport_or_default(), run_id), temperature=1.0,
                           group_size=16) as learner:
         actors = create_generation_actors(..., transport=learner.actor_transport)
         learner.sync_actors(actor_ids, timeout_s)   # a collective transport forms its group here
@@ -101,7 +101,7 @@ class Learner:
 
     def __init__(self, cfg: LearnerConfig, *, buffer, model_dir: str | Path, run_dir: str | Path,
                  transport: WeightTransport, temperature: float, group_size: int, seed: int = 0,
-                 ranks: RankGroup | None = None, resume: bool = True):
+                 ranks: RankGroup | None = None, resume: bool = True, on_transport=None):
         check_serves_versions(transport, cfg.versions_needed)     # fixed lag: before any engine starts
         self.cfg, self.buffer, self.transport = cfg, buffer, transport
         self.temperature, self.seed = temperature, seed
@@ -113,13 +113,18 @@ class Learner:
         # checkpoints: the run directory's, or learner.checkpoint_dir/<run_id> (shared storage on a cluster)
         self.ckpt_home = Path(cfg.checkpoint_dir) / buffer.run_id if cfg.checkpoint_dir else self.run_dir
         self._own_ranks = ranks is None
+        # rank 0's bound transport is what the actors get (a collective one: with its hub's address);
+        # ``on_transport(actor_transport)`` runs as soon as it exists (a new rank group: before its
+        # engines are set up, so actors may build theirs meanwhile)
         if ranks is None:
-            ranks = RankGroup(cfg, model_dir, group_size, seed)
+            ranks = RankGroup(cfg, model_dir, group_size, seed, transport=transport, on_transport=on_transport)
         else:
             ranks.check_compatible(cfg)
+            ranks.actor_transport = ranks.call("set_transport", transport)[0]
+            if on_transport is not None:
+                on_transport(ranks.actor_transport)
         self.ranks = ranks
-        # rank 0's bound transport is what the actors get (a collective one: with its hub's address)
-        self.actor_transport = ranks.call("set_transport", transport)[0]
+        self.actor_transport = ranks.actor_transport
         self.weight_sync = WeightSync(ranks, buffer, transport)
         if cfg.prime is not None:
             ranks.call("setup_prm", cfg)          # PRIME's implicit PRM beside the policy (learner.prm_engine)

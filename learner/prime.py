@@ -69,6 +69,7 @@ from learner.masked import masked_count, masked_mean, masked_var
 
 BATCH_NORM_EPS = 1e-6   # reference prime_norm: / (max |reverse cumsum| + 1e-6)
 WHITEN_EPS = 1e-8       # reference masked_whiten: * rsqrt(var + 1e-8)
+PRM_TEMPERATURE = 1.0   # the PRM and the reference score the sampled tokens at temperature 1
 
 
 # ---------------------------------------------------------------- implicit PRM

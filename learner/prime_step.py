@@ -31,6 +31,7 @@ import torch
 from learner.batching import Row, plan_update
 from learner.config import PrimeConfig
 from learner.prime import (
+    PRM_TEMPERATURE,
     implicit_process_rewards,
     outcome_labels,
     pad_rows,
@@ -38,7 +39,6 @@ from learner.prime import (
     prm_loss,
     unpad_rows,
 )
-from learner.prm_engine import PRM_TEMPERATURE
 from learner.trainer_config import LearnerConfig
 
 

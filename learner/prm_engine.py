@@ -27,10 +27,8 @@ from learner.batching import MicroBatch, Row, collate, scatter_row_values
 from learner.config import PrimeConfig
 from learner.logprobs import logprobs_and_entropy
 from learner.loss import deepspeed_loss_scale
-from learner.prime import outcome_labels, prm_loss
+from learner.prime import PRM_TEMPERATURE, outcome_labels, prm_loss
 from learner.trainer_config import LearnerConfig
-
-PRM_TEMPERATURE = 1.0   # the PRM and the reference score the sampled tokens at temperature 1
 
 
 def prm_engine_config(cfg: LearnerConfig, prime: PrimeConfig) -> LearnerConfig:
@@ -67,7 +65,7 @@ class PrmEngine:
         self.ds_config = kit.deepspeed_config(self.cfg, world, device, group_size)
         model = kit.load_hf_model(model_dir, kit.resolve_dtype(self.cfg, device), self.cfg.gradient_checkpointing)
         self.pad_id = int(model.config.pad_token_id or 0)
-        self.engine, _ = kit.build_engine(model, self.cfg, self.ds_config, device)
+        self.engine, _, self.optimizer_name = kit.build_engine(model, self.cfg, self.ds_config, device)
 
     def _logprobs(self, mb: MicroBatch, chunk: int) -> torch.Tensor:
         out = self.engine(input_ids=mb.input_ids.to(self.device), attention_mask=mb.attention_mask.to(self.device),

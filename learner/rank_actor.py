@@ -3,10 +3,12 @@
 Each ``LearnerRank`` is a process of its own (as ``deepspeed`` launches would give), so
 ``torch.distributed`` state never leaks into the driver. Rank 0 picks the rendezvous address
 (its node IP and a free port), every rank gets MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE /
-LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU; ``learner.deepspeed_kit``).
-Ranks are placed with a PACK placement group, one bundle per rank, each with ``learner.resources``
-and, on a cluster, off the driver's node (``actors.cluster.placement``). Each rank opens the model where its node
-has it (``actors.cluster.model_source``: the shared path or the node-local cache).
+LOCAL_RANK and calls ``deepspeed.init_distributed`` (gloo on CPU, nccl on GPU; ``learner.deepspeed_kit``,
+which builds no op). Ranks are placed with a PACK placement group, one bundle per rank
+(``learner.gpus_per_rank`` GPUs on CUDA: below 1 engines may share the GPU, and the rank caps its
+allocator at ``learner.memory_fraction()``), each with ``learner.resources`` and, on a cluster, off
+the driver's node (``actors.cluster.placement``). Each rank opens the model where its node has it
+(``actors.cluster.model_source``: the shared path or the node-local cache).
 
 Every method that runs collectives (setup, train, score, publish, checkpoint) must be called
 on all ranks at once: :meth:`RankGroup.call` does exactly that.
@@ -30,8 +32,8 @@ from learner.trainer_config import LearnerConfig
 class LearnerRank:
     """One DeepSpeed rank; the engine lives in this process (see ``learner.engine``)."""
 
-    def __init__(self, rank: int, world: int):
-        self.rank, self.world = rank, world
+    def __init__(self, rank: int, world: int, device: str = "cpu"):
+        self.rank, self.world, self.device = rank, world, device
         self.engine = None
         self.transport = None
         self.prm = None          # PRIME's implicit PRM (learner.prm_engine), built by setup_prm
@@ -71,15 +73,19 @@ class LearnerRank:
         set_rendezvous(addr, port, self.rank, self.world, local_rank)
         if device == "cuda":
             torch.cuda.set_device(0)
+            if cfg.memory_fraction() is not None:   # a GPU shared with engines: stay within this rank's share
+                torch.cuda.set_per_process_memory_fraction(cfg.memory_fraction(), 0)
         else:
             torch.set_num_threads(max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))))
         init_distributed(device)
         from learner.engine import RankEngine
+        from learner.optimizer import optimizer_label
 
         self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)
-        self._setup = (model_dir, group_size, device)
+        self._setup, self.device = (model_dir, group_size, device), device
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
-                "ds_config": self.engine.ds_config}
+                "ds_config": self.engine.ds_config, "optimizer": self.engine.optimizer_name,
+                "optimizer_label": optimizer_label(self.engine.optimizer_name, device)}
 
     def train_updates(self, rows, updates: Sequence[tuple[int, list[list[int]], int | None]], loss_cfg,
                       temperature: float, entropy_coef: float) -> list[tuple[dict, dict]]:
@@ -116,9 +122,9 @@ class LearnerRank:
         """Keep the weight transport for this actor's lifetime (Ray reference-counts the object
         store transport's store actor by its handles, so a per-call copy would let it die after
         publish) and bind it here; rank 0's answer is the transport the actors get (a collective
-        one carries the address of the hub rank 0 now serves)."""
+        one carries the address of the hub rank 0 now serves). Needs no engine: it may run before setup."""
         self.transport = transport
-        return transport.bind_learner(self.rank, self._node_ip(), self.engine.device_kind)
+        return transport.bind_learner(self.rank, self._node_ip(), self.device)
 
     def publish(self, version: int) -> str | None:
         return self.engine.publish(self.transport, version)
@@ -162,8 +168,12 @@ def _cluster_has_gpus() -> bool:
 class RankGroup:
     """N ``LearnerRank`` actors forming one DeepSpeed data-parallel group."""
 
-    def __init__(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int = 0):
-        """``model_dir``: a path or a ``actors.cluster.model_source.ModelSource`` (each rank resolves it)."""
+    def __init__(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int = 0, *, transport=None,
+                 on_transport=None):
+        """``model_dir``: a path or an ``actors.cluster.model_source.ModelSource`` (each rank resolves it).
+        ``transport``: bound on every rank before the engines are set up; rank 0's answer is
+        ``actor_transport``, handed to ``on_transport(actor_transport)`` at once, so the caller can
+        start the generation engines while the ranks load DeepSpeed and the model."""
         from actors.cluster import placement as place
 
         self.cfg = cfg.model_copy()
@@ -171,7 +181,7 @@ class RankGroup:
         self.model = model_dir
         self.model_dir = str(model_dir)
         self.device = cfg.device if cfg.device != "auto" else ("cuda" if _cluster_has_gpus() else "cpu")
-        gpus = 1 if self.device == "cuda" else 0
+        gpus = cfg.gpus_per_rank if self.device == "cuda" else 0   # < 1: engines may share the GPU
         n = cfg.num_ranks
         selector = place.off_driver_selector(cfg.avoid_driver_node)
         self.pg = placement_group([{"CPU": cfg.cpus_per_rank, **({"GPU": gpus} if gpus else {}), **cfg.resources}] * n,
@@ -182,8 +192,13 @@ class RankGroup:
         self.actors = [
             LearnerRank.options(num_cpus=cfg.cpus_per_rank, num_gpus=gpus, scheduling_strategy=
                                 PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r))
-            .remote(r, n) for r in range(n)]
+            .remote(r, n, self.device) for r in range(n)]
         addrs = ray.get([a.rendezvous.remote() for a in self.actors])
+        self.actor_transport = None
+        if transport is not None:
+            self.actor_transport = self.call("set_transport", transport)[0]
+            if on_transport is not None:
+                on_transport(self.actor_transport)
         self.nodes: list[dict] = []     # where each rank runs (actors.cluster.placement.locate), after setup
         master_addr, port = addrs[0]
         local = _local_ranks([ip for ip, _ in addrs])
@@ -192,6 +207,7 @@ class RankGroup:
             (self.cfg, self.model, group_size, seed, master_addr, port, self.device,
              local[r] if self.device == "cpu" else 0)
             for r in range(n)])
+        self.optimizer, self.optimizer_label = self.info[0]["optimizer"], self.info[0]["optimizer_label"]
         located = place.locate({str(r): a for r, a in enumerate(self.actors)})
         self.nodes = [located[str(r)] for r in range(n)]
 

@@ -30,7 +30,11 @@ from learner.config import (
 # Fields that shape the DeepSpeed engines: a Learner may only reuse a rank group whose engines
 # were built with the same values (everything else is per-call and may differ).
 ENGINE_FIELDS = ("num_ranks", "zero_stage", "dtype", "device", "gradient_checkpointing", "lr",
-                 "warmup_steps", "weight_decay", "betas", "adam_eps", "grad_clip")
+                 "warmup_steps", "weight_decay", "betas", "adam_eps", "grad_clip", "optimizer",
+                 "gpus_per_rank", "gpu_memory_fraction")
+# Headroom a learner rank sharing a GPU leaves below its share by default: its CUDA context and
+# communication buffers live outside torch's caching allocator, which the fraction caps.
+SHARED_GPU_HEADROOM = 0.05
 
 
 class LearnerConfig(BaseModel):
@@ -88,6 +92,10 @@ class LearnerConfig(BaseModel):
     adam_eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
     grad_clip: float = Field(1.0, ge=0, description="Clip the global grad norm of each full "
                              "mini-batch gradient to this value; 0 = off.")
+    optimizer: Literal["auto", "torch_adamw", "deepspeed_fused_adam"] = Field(
+        "auto", description="AdamW implementation (learner.optimizer): 'torch_adamw' = torch's (fused on CUDA, "
+        "foreach on CPU); 'deepspeed_fused_adam' = DeepSpeed's FusedAdam, only if its op is prebuilt (never "
+        "JIT-compiled); 'auto' = FusedAdam when prebuilt and on CUDA, else torch's. Same maths either way.")
 
     # --- engine layout -----------------------------------------------------------------------
     num_ranks: int = Field(1, ge=1, description="Data-parallel DeepSpeed ranks (one Ray actor each).")
@@ -95,6 +103,14 @@ class LearnerConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="'auto': cuda if the Ray cluster has GPUs, else cpu (gloo backend).")
     cpus_per_rank: float = Field(1.0, gt=0, description="Ray CPUs reserved per rank (sets torch threads on CPU).")
+    gpus_per_rank: float = Field(
+        1.0, gt=0, le=1, description="Ray GPUs reserved per rank when the learner is on CUDA (ignored on CPU). "
+        "Below 1 an engine may share the rank's GPU (the one-GPU layout): the fraction is also the rank's share "
+        "of the GPU's memory, and it needs num_ranks 1 (NCCL cannot run two ranks on one GPU).")
+    gpu_memory_fraction: float | None = Field(
+        None, gt=0, le=1, description="Cap on the GPU memory a rank's torch allocator may use "
+        "(torch.cuda.set_per_process_memory_fraction), at most gpus_per_rank; None = gpus_per_rank - 0.05 "
+        "when sharing a GPU (headroom for its CUDA context), no cap on a whole GPU.")
     resources: CustomResources = Field(
         default_factory=dict, description="Custom Ray resources of each rank's placement-group bundle, e.g. "
         "{\"train\": 1}: ranks go only to nodes started with them. {} = any node.")
@@ -153,6 +169,9 @@ class LearnerConfig(BaseModel):
         if self.prime is not None and not self.dynamic_sampling:
             raise ValueError("prime's prompt filter drops out-of-band groups and reads on until D_R are in "
                              "band: it needs dynamic_sampling=True")
+        problems = gpu_share_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         if self.dynamic_sampling and not self.advantage.reject_zero_advantage:
             raise ValueError("dynamic_sampling=True discards zero-advantage groups; it contradicts "
                              "advantage.reject_zero_advantage=False")
@@ -167,6 +186,17 @@ class LearnerConfig(BaseModel):
         """How many of the newest policy versions actors must be able to load: k + 1 under a fixed
         lag k >= 1 (the weight transport keeps them), else 1."""
         return (self.fixed_lag or 0) + 1
+
+    @property
+    def shares_gpu(self) -> bool:
+        """A rank may have engines on its GPU (it reserves less than a whole one)."""
+        return self.gpus_per_rank < 1
+
+    def memory_fraction(self) -> float | None:
+        """The cap a CUDA rank puts on its allocator (``gpu_memory_fraction``), None = none."""
+        if self.gpu_memory_fraction is not None:
+            return self.gpu_memory_fraction
+        return round(self.gpus_per_rank - SHARED_GPU_HEADROOM, 6) if self.shares_gpu else None
 
     def engine_signature(self) -> dict:
         """The fields a rank group's engines were built with (see ENGINE_FIELDS)."""
@@ -216,4 +246,24 @@ def fixed_lag_problems(cfg: LearnerConfig) -> list[str]:
     if k and (cfg.mode != "off_policy" or cfg.max_lag != k):
         problems.append(f"needs --learner.mode off_policy --learner.max_lag {k} (got mode {cfg.mode}, "
                         f"max_lag {cfg.max_lag})")
+    return problems
+
+
+def gpu_share_problems(cfg: LearnerConfig) -> list[str]:
+    """Why ``cfg``'s GPU reservation cannot work (ignored when the learner is set to CPU), or []."""
+    if cfg.device == "cpu":
+        return []
+    problems = []
+    if cfg.shares_gpu and cfg.num_ranks > 1:
+        problems.append(f"gpus_per_rank={cfg.gpus_per_rank:g} with num_ranks={cfg.num_ranks}: ranks on fractions of "
+                        "GPUs may land on the same GPU, and NCCL cannot run two ranks on one GPU; use "
+                        "--learner.num_ranks 1 to share a GPU with engines, or --learner.gpus_per_rank 1")
+    if cfg.gpu_memory_fraction is not None and cfg.gpu_memory_fraction > cfg.gpus_per_rank:
+        problems.append(f"gpu_memory_fraction={cfg.gpu_memory_fraction:g} exceeds gpus_per_rank={cfg.gpus_per_rank:g}: "
+                        "a rank's memory share is at most the GPU fraction it reserves (engines packed on the same "
+                        "GPU size theirs the same way); set --learner.gpu_memory_fraction "
+                        f"{cfg.gpus_per_rank:g} or less")
+    if cfg.shares_gpu and cfg.memory_fraction() is not None and cfg.memory_fraction() <= 0:
+        problems.append(f"gpus_per_rank={cfg.gpus_per_rank:g} leaves no memory after the "
+                        f"{SHARED_GPU_HEADROOM:g} headroom: raise it or set --learner.gpu_memory_fraction")
     return problems

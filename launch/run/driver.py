@@ -53,6 +53,34 @@ def init_ray(cfg: RunConfig) -> None:
              _system_config=SYSTEM_CONFIG)
 
 
+def _resolve_layout(cfg: RunConfig) -> tuple[RunConfig, float]:
+    """Refuse, before anything starts, a GPU layout the cluster cannot hold (naming the fix); write
+    the weight transport (and collective backend) the placement calls for into the config and say
+    which and why (launch.layout). Returns the config and the cluster's GPU count."""
+    import ray
+
+    from launch.layout import LayoutError, choose_transport, cluster_problems, resolved_actors
+
+    gpus = float(ray.cluster_resources().get("GPU", 0))
+    problems = cluster_problems(cfg, gpus)
+    if problems:
+        raise LayoutError("this GPU layout cannot run: " + "; ".join(problems))
+    choice = choose_transport(cfg, gpus)
+    print(choice.line(), flush=True)
+    return cfg.model_copy(update={"actors": resolved_actors(cfg, choice)}), gpus
+
+
+def _record_optimizer(cfg: RunConfig, learner, run_path: Path, buffer) -> RunConfig:
+    """The optimizer the learner ranks resolved (learner.optimizer), into the console, config.json and
+    the run's meta."""
+    print(f"[driver] optimizer: {learner.ranks.optimizer_label} (learner.optimizer {cfg.learner.optimizer})",
+          flush=True)
+    cfg = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"optimizer": learner.ranks.optimizer})})
+    write_private(run_path / "config.json", cfg.model_dump_json(indent=2))
+    buffer.set_meta(config=cfg.model_dump_json())
+    return cfg
+
+
 def local_resources(cfg: RunConfig) -> dict[str, float]:
     """The custom resources the config asks for (actors.resources, learner.resources), given to the
     local single-node Ray so a config written for a cluster also runs on one machine."""
@@ -84,10 +112,11 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     import ray
     from transformers import AutoTokenizer
 
+    from actors.cluster.model_source import share_model
     from actors.factory import actor_name, create_generation_actors, start_loops, wait_started
     from actors.transport import transport_for
     from buffer import RunBuffer, open_buffer_server
-    from actors.cluster.model_source import share_model
+    from launch.layout import engines_start_early
     from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
     from launch.run.feeder import PromptFeeder
@@ -102,13 +131,14 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     started = time.monotonic()
     run_path = cfg.path.resolve()
     run_path.mkdir(parents=True, exist_ok=True)
-    write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
     check_available(cfg.tracking.backends)          # a missing tracker package fails before anything starts
     problems = _load(cfg, train_path)               # so does a bad dataset row
     eval_problems = _load(cfg, eval_path) if eval_path else None
 
     init_ray(cfg)
+    cfg, gpus = _resolve_layout(cfg)       # refusals that need the cluster; the weight transport 'auto' picks
+    write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
     url, server = open_buffer_server(cfg.buffer, run_path)
     buffer = RunBuffer.from_url(url, cfg.run_id, cfg.buffer)
@@ -126,11 +156,23 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     trackers = Trackers([])
     try:
         pool = RewardPool(cfg=cfg.rewards)
+        transport, actors = transport_for(cfg.actors, cfg.run_id, keep_versions=cfg.learner.versions_needed), []
+
+        def start_engines(actor_transport) -> None:
+            actors.extend(create_generation_actors(
+                cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size, seed=cfg.seed, reward_scorer=pool,
+                buffer_cfg=cfg.buffer, log_dir=str(run_path / "logs"), transport=actor_transport))
+
+        # Where they may (launch.layout.engines_start_early: the object store, no shared GPU), the actors
+        # build their engines while the ranks load DeepSpeed and the model: start-up is the longer of
+        # the two, not their sum. Otherwise (a collective transport's members join rank 0's group as
+        # they start) they are created once the learner is up.
+        early = engines_start_early(cfg, gpus, transport_has_membership=transport.upkeep_s is not None)
         learner = Learner.from_url(cfg.learner, buffer_url=url, run_id=cfg.run_id, buffer_cfg=cfg.buffer,
-                                   model_dir=model, run_dir=run_path,
-                                   transport=transport_for(cfg.actors, cfg.run_id,
-                                                           keep_versions=cfg.learner.versions_needed),
-                                   temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed)
+                                   model_dir=model, run_dir=run_path, transport=transport,
+                                   temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed,
+                                   on_transport=start_engines if early else None)
+        cfg = _record_optimizer(cfg, learner, run_path, buffer)
         if learner.resumed_from:
             r = learner.resumed_from
             print(f"[driver] resumed from {r['path']} at step {r['step']}, version {r['version']} "
@@ -141,9 +183,8 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
         # the run id names the tracker run; a resumed run continues it from the step it retrains
         trackers = open_trackers(cfg.tracking, name=cfg.run_id, log_dir=run_path, store_root=run_path.parent,
                                  hparams=cfg.model_dump(mode="json"), start_step=learner.steps_done)
-        actors = create_generation_actors(cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size,
-                                          seed=cfg.seed, reward_scorer=pool, buffer_cfg=cfg.buffer,
-                                          log_dir=str(run_path / "logs"), transport=learner.actor_transport)
+        if not actors:
+            start_engines(learner.actor_transport)
         loops = start_loops(actors)
         _record_placement(run_path, buffer, wait_started(actors, cfg.actors, cfg.run_id), learner, model)
         # a collective transport forms its group with every actor here (the object store returns at once)

@@ -96,6 +96,7 @@ def train_sft(cfg: SftConfig) -> dict:
     )
     from learner.logprobs import logprobs_and_entropy
     from learner.loss import deepspeed_loss_scale
+    from learner.optimizer import optimizer_label
     from rewards.problems import read_jsonl
 
     hf_logging.disable_progress_bar()
@@ -113,8 +114,10 @@ def train_sft(cfg: SftConfig) -> dict:
     lc = _engine_config(cfg, device)
     model = load_hf_model(cfg.model_dir, resolve_dtype(lc, device), cfg.gradient_checkpointing)
     pad_id = int(model.config.pad_token_id or 0)
-    engine, _ = build_engine(model, lc, deepspeed_config(lc, world, device, group_size=1), device,
-                             lr_scheduler=warmup_schedule(cfg.warmup_steps))
+    engine, _, optimizer = build_engine(model, lc, deepspeed_config(lc, world, device, group_size=1), device,
+                                        lr_scheduler=warmup_schedule(cfg.warmup_steps))
+    if rank == 0:
+        print(f"[sft] optimizer: {optimizer_label(optimizer, device)}", flush=True)
     dev = next(engine.module.parameters()).device
     scale = deepspeed_loss_scale(1, world, scale_wrt_gas=False)
     losses = []

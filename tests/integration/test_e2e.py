@@ -79,6 +79,11 @@ def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> N
     header = (f"run {summary['run_id']} ({summary['preset']}): {summary['steps']}/{summary['steps_total']} "
               f"steps in {minutes} min {secs} s ({summary['stop_reason']})")
     assert header in lines, (header, console[-3000:])
+    # the start-up decisions, said once and written into the resolved config
+    assert "[driver] weight transport: ray: auto: learner and engines on CPU: the Ray object store" in lines
+    assert "[driver] optimizer: torch AdamW (foreach) (learner.optimizer auto)" in lines
+    resolved = json.loads((run_path / "config.json").read_text())
+    assert resolved["actors"]["weight_transport"] == "ray" and resolved["learner"]["optimizer"] == "torch_adamw"
     assert "Failed to load weights" not in console and "lagrl: loaded version" not in console
     for field in ("accuracy ", "entropy ", "policy lag ", "groups ", "files ", "notebook "):
         assert any(ln.strip().startswith(field) for ln in lines), (field, console[-3000:])

@@ -135,11 +135,13 @@ def test_config_alias_and_bounds():
 
 
 def test_nccl_on_a_shared_gpu_is_refused_naming_the_fix():
-    for backend in ("nccl", "auto"):
-        with pytest.raises(ValueError, match=r"num_gpus=0.5 shares a GPU.*--actors.num_gpus 1.*backend gloo"):
-            ActorConfig(num_gpus=0.5, weight_transport="collective", collective={"backend": backend})
-    ActorConfig(num_gpus=0.5, weight_transport="collective", collective={"backend": "gloo"})
-    ActorConfig(num_gpus=0.5, weight_transport="ray")
+    shared = {"num_gpus": 0.5, "gpu_memory_utilization": 0.4}
+    with pytest.raises(ValueError, match=r"num_gpus=0.5 with collective.backend=nccl.*backend gloo.*--actors.num_gpus 1"):
+        ActorConfig(**shared, weight_transport="collective", collective={"backend": "nccl"})
+    # 'auto' is made concrete from the placement before any actor starts (launch.layout): gloo on a shared GPU
+    for backend in ("gloo", "auto"):
+        ActorConfig(**shared, weight_transport="collective", collective={"backend": backend})
+    ActorConfig(**shared, weight_transport="ray")
     ActorConfig(num_gpus=2, weight_transport="nccl")
 
 

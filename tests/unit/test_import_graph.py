@@ -275,7 +275,9 @@ def test_no_test_module_imports_another():
 
 
 def test_unit_test_files_are_named_after_the_package_they_test():
-    """tests/unit/test_<package>_<module...>.py (this file, about every package, is the one exception)."""
+    """tests/unit/test_<package>_<module...>.py (this file, about every package, is the one exception); a
+    benchmark script's own logic: test_bench_<script>.py."""
     names = sorted(p.stem for p in (REPO / "tests" / "unit").glob("test_*.py"))
-    stray = [n for n in names if n != "test_import_graph" and not n.startswith(tuple(f"test_{p}_" for p in PACKAGES))]
+    prefixes = tuple(f"test_{p}_" for p in ("bench", *PACKAGES))
+    stray = [n for n in names if n != "test_import_graph" and not n.startswith(prefixes)]
     assert len(names) > 40 and not stray, f"rename after the package they test: {stray}"

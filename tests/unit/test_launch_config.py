@@ -165,7 +165,7 @@ def test_fixed_lag_refuses_a_transport_that_serves_only_the_newest_version():
     cfg = get_preset("fixedlag_2")
     with pytest.raises(ValueError, match="--actors.weight_transport ray"):
         transport_for(cfg.actors.model_copy(update={"weight_transport": "collective"}), "r", keep_versions=3)
-    store = transport_for(cfg.actors, "r", keep_versions=cfg.learner.versions_needed)
+    store = transport_for(cfg.actors.transport_or_default(), "r", keep_versions=cfg.learner.versions_needed)
     assert isinstance(store, RayObjectStoreTransport) and store.keep == 3
     assert store.location_for(1) == "ray://lagrl-weights-r/1"
     check_serves_versions(store, 3)
