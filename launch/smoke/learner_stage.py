@@ -16,24 +16,24 @@ from launch.smoke.report import require
 
 
 def init_single_rank(cuda: bool) -> None:
-    """This process as rank 0 of a one-rank group (nccl on GPU, gloo on CPU), once."""
+    """This process as rank 0 of a one-rank group (nccl on GPU, gloo on CPU), once, as a learner rank
+    starts (``learner.deepspeed_kit``: no op compiled)."""
     import torch.distributed as dist
+
+    from learner.deepspeed_kit import init_distributed, set_rendezvous
 
     if dist.is_initialized():
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # no LOCAL_SIZE: DeepSpeed's CPU backend would map a /dev/shm workspace it never unlinks
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    os.environ.pop("LOCAL_SIZE", None)
+    set_rendezvous("127.0.0.1", port, 0, 1, 0)
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if cuda else "cpu")
-    import deepspeed
-    import torch
-
     if cuda:
+        import torch
+
         torch.cuda.set_device(0)
-    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", auto_mpi_discovery=False, verbose=False)
+    init_distributed("cuda" if cuda else "cpu")
 
 
 def learner_config(ctx: Context, zero_stage: int, **changes):
@@ -42,8 +42,7 @@ def learner_config(ctx: Context, zero_stage: int, **changes):
 
     fields = dict(lr=1e-4, batch=BatchConfig(rollout_batch=1, mini_batch=1), device=ctx.device,
                   zero_stage=zero_stage, dtype="bf16" if ctx.cuda else "fp32", micro_batch_tokens=4096)
-    if "optimizer" in LearnerConfig.model_fields:          # the compiler-free default, once it exists
-        fields["optimizer"] = "auto"
+    fields["optimizer"] = "auto"                           # torch AdamW unless DeepSpeed's ops are prebuilt
     return LearnerConfig(**(fields | changes))
 
 
@@ -138,9 +137,7 @@ def learner_stage(ctx: Context) -> dict:
                      f"grad norm {v['grad_norm']:.3g}, step {v['step_s']:.2f} s, "
                      f"peak {v['peak_mib']:.0f} MiB ({v['peak_kind']})"
                      for k, v in stages.items())
-    if ctx.cuda:        # DESIGN.md §8: nothing is compiled at run time on a GPU host (no nvcc needed)
-        require(not built, f"DeepSpeed compiled {built} at run time; {line}")
-    elif built:
-        ctx.notes.append(f"stage 4 compiled {built} at run time (CPU)")
+    # DESIGN.md §8: nothing is compiled at run time (a GPU host may have no nvcc; on CPU a build costs minutes)
+    require(not built, f"DeepSpeed compiled {built} at run time; {line}")
     return {"line": line + (f"; compiled at run time: {built}" if built else "; no op compiled"),
             "ops_built_at_run_time": built, **stages}
