@@ -298,7 +298,7 @@ class Learner:
         norms = [i["grad/norm"] for i in infos]
         nan = float("nan")
         m = {"step": self.steps_done, "version": self.version, "mode": mode.name, "updates": len(infos),
-             "updates/skipped_empty": float(plan.skipped),
+             "updates_skipped_empty": float(plan.skipped),
              **rollout_stats([g for g, _ in col.seen], [p for _, p in col.seen]), **col.metrics(),
              **plan.lags.metrics(), **plan.start_lags.metrics("lag_start/"), **plan.metrics, **losses,
              "entropy/coef": plan.alpha, **{k: v for k, v in self.controller.metrics().items() if k != "entropy/coef"},

@@ -187,9 +187,9 @@ def plot_lag_buckets(ax: Axes, df: pd.DataFrame, metrics: Iterable[str], title: 
     for i, bucket in enumerate(LAG_BUCKETS):
         for metric, style in zip(metrics, _BUCKET_STYLES):
             label = f"lag {bucket}" + (f" {metric.rsplit('/', 1)[-1]}" if len(metrics) > 1 else "")
-            drawn += _line(ax, df, f"lagbucket/{bucket}/{metric}", color=colours[i % len(colours)],
-                           linestyle=style, label=label)
-    return _finish(ax, title, drawn, [f"lagbucket/<lag>/{m}" for m in metrics])
+            drawn += draw_line(ax, df, f"lagbucket/{bucket}/{metric}", color=colours[i % len(colours)],
+                                linestyle=style, label=label)
+    return finish_panel(ax, title, drawn, [f"lagbucket/<lag>/{m}" for m in metrics])
 
 
 def plot_lag_hist(ax: Axes, df: pd.DataFrame) -> int:

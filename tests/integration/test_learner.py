@@ -394,7 +394,7 @@ def test_corrections_see_the_behaviour_logprobs(ranks, tiny_world, redis_url, po
     assert m["mismatch/behaviour_kl_k3"] == pytest.approx(np.exp(0.5) - 1 - 0.5, rel=1e-3)
 
 
-def test_an_update_without_loss_tokens_is_not_an_update(ranks, world, redis_url, policy, run_dir):
+def test_an_update_without_loss_tokens_is_not_an_update(ranks, tiny_world, redis_url, policy, run_dir):
     """Without dynamic sampling a zero-advantage group keeps its slot in the schedule with an empty loss
     mask. Its mini-batch is no update: no AdamW step on a zero gradient, no version; the later updates
     move up one version (their lags say so) and the feeder's clock is re-anchored. A step whose every
@@ -402,7 +402,7 @@ def test_an_update_without_loss_tokens_is_not_an_update(ranks, world, redis_url,
     cfg = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=1, shuffle=False,
                       dynamic_sampling=False, entropy=AdaptiveEntropy(target=10.0, delta=1e-3, c_max=1e-2))
     buf = make_buffer(redis_url, "empty")
-    learner = make_learner(cfg, buf, world, run_dir, ranks)
+    learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     v0 = learner.version
     set_weights(policy, learner.full_state_dict())
     valid = make_groups(policy, 3, v0, seed=11)
@@ -410,7 +410,7 @@ def test_an_update_without_loss_tokens_is_not_an_update(ranks, world, redis_url,
     for g in (valid[0], zero, valid[1], valid[2]):                       # no shuffle: update u trains group u
         buf.put_group(g)
     m = learner.step()
-    assert (m["updates"], m["updates/skipped_empty"], m["version"]) == (3, 1.0, v0 + 3) and ranks.version() == v0 + 3
+    assert (m["updates"], m["updates_skipped_empty"], m["version"]) == (3, 1.0, v0 + 3) and ranks.version() == v0 + 3
     # updates at v0, (skipped), v0 + 1, v0 + 2 on groups sampled at v0: lags 0, 1, 2
     assert m["lag/hist"] == {"0": GS, "1": GS, "2": GS} and m["lag_start/hist"] == {"0": 3 * GS}
     assert np.isfinite(m["entropy/mean"]) and m["entropy/c"] == pytest.approx(1e-3)   # entropy < target 10
@@ -421,7 +421,7 @@ def test_an_update_without_loss_tokens_is_not_an_update(ranks, world, redis_url,
     for g in make_groups(policy, 4, v0 + 3, seed=13, rewards=[0.0] * GS):
         buf.put_group(g)
     m = learner.step()
-    assert (m["updates"], m["updates/skipped_empty"], m["version"], m["tokens/trained"]) == (0, 4.0, v0 + 3, 0.0)
+    assert (m["updates"], m["updates_skipped_empty"], m["version"], m["tokens/trained"]) == (0, 4.0, v0 + 3, 0.0)
     assert math.isnan(m["entropy/mean"]) and math.isnan(m["grad/norm"])
     assert m["entropy/c"] == pytest.approx(1e-3)                         # no observation: c did not move
     assert ranks.version() == v0 + 3 and max_diff(learner.full_state_dict(), before) == 0.0
