@@ -68,7 +68,7 @@ def main() -> None:
     import torch
     if args.threads:
         torch.set_num_threads(args.threads)
-    from learner.deepspeed_kit import build_engine, init_distributed, load_hf_model
+    from learner.deepspeed_kit import bare_update, build_engine, init_distributed, load_hf_model
 
     init_distributed(args.device)                 # one rank on a free loopback port
     from learner.batching import Row, collate, plan_update
@@ -93,20 +93,12 @@ def main() -> None:
     mbs = plan_update(rows, list(range(len(rows))), args.micro_batch_tokens, 1)[0]
     tokens = sum(r.loss_tokens for r in rows)
     collated = [collate(rows, idx) for idx in mbs]
-    dev = ours.device
 
     def step_ours() -> None:
         ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, args.entropy_coef, required_lag=None)
 
     def step_bare() -> None:
-        for i, mb in enumerate(collated):
-            bare.set_gradient_accumulation_boundary(i == len(collated) - 1)
-            logits = bare(input_ids=mb.input_ids.to(dev), attention_mask=mb.attention_mask.to(dev),
-                          use_cache=False).logits                                      # (B, L, V)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), mb.targets.to(dev).flatten(),
-                                                     ignore_index=-100, reduction="sum") / tokens
-            bare.backward(loss, scale_wrt_gas=False)
-        bare.step()
+        bare_update(bare, collated, tokens)
 
     times: dict[str, list[float]] = {"ours": [], "bare": []}
     for k in range(args.updates + 1):

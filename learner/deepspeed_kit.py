@@ -235,6 +235,21 @@ def optimizer_step(engine, cfg: LearnerConfig, device: str) -> tuple[float, floa
     return float("nan") if norm is None else float(norm), lr
 
 
+def bare_update(engine, micro_batches: list, loss_tokens: int) -> None:
+    """One update of the bare library, the reference the learner benchmark and the GPU smoke compare
+    ``RankEngine.train_update`` against: DeepSpeed forward, a summed token cross-entropy over the
+    collated micro-batches (``learner.batching.collate``) divided by the update's loss tokens, one step."""
+    dev = engine.device
+    for i, mb in enumerate(micro_batches):
+        engine.set_gradient_accumulation_boundary(i == len(micro_batches) - 1)
+        logits = engine(input_ids=mb.input_ids.to(dev), attention_mask=mb.attention_mask.to(dev),
+                        use_cache=False).logits                                              # (B, L, V)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), mb.targets.to(dev).flatten(),
+                                                 ignore_index=-100, reduction="sum") / loss_tokens
+        engine.backward(loss, scale_wrt_gas=False)
+    engine.step()
+
+
 # --- full weights ------------------------------------------------------------------------------------
 def full_params(module: torch.nn.Module, zero_stage: int) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) per unique parameter of a DeepSpeed module; under ZeRO-3 each is

@@ -177,7 +177,7 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     import torch
 
     from learner.batching import collate, plan_update
-    from learner.deepspeed_kit import load_hf_model
+    from learner.deepspeed_kit import bare_update, load_hf_model
     from learner.engine import RankEngine
 
     init_single_rank(ctx.cuda)
@@ -213,20 +213,8 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
         torch.cuda.reset_peak_memory_stats()
     model = load_hf_model(str(mdir), dtype, True)
     bare, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
-    dev = bare.device
     collated = [collate(rows, idx) for idx in mbs]
-
-    def bare_step() -> None:
-        for i, mb in enumerate(collated):
-            bare.set_gradient_accumulation_boundary(i == len(collated) - 1)
-            logits = bare(input_ids=mb.input_ids.to(dev), attention_mask=mb.attention_mask.to(dev),
-                          use_cache=False).logits                                          # (B, L, V)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), mb.targets.to(dev).flatten(),
-                                                     ignore_index=-100, reduction="sum") / tokens
-            bare.backward(loss, scale_wrt_gas=False)
-        bare.step()
-
-    bare_times = timed(bare_step)
+    bare_times = timed(lambda: bare_update(bare, collated, tokens))
     bare_peak = peak()
     bare = model = None
     gc.collect()

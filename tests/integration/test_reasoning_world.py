@@ -1,6 +1,8 @@
 """The reasoning world: built deterministically, its warmed-up policy in the band RL needs (10-50%
 accurate at τ=1, some responses cut by a 64-token budget), and the driver runs on it through the
-first stage boundary of a multi-stage schedule with real Ray, vLLM, Redis, DeepSpeed and math-verify."""
+first stage boundary of a multi-stage schedule with real Ray, vLLM, Redis, DeepSpeed and math-verify.
+The last two are slow (they need the built world); the stage boundary in the tiny world runs by default
+(tests/integration/test_stages.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ def test_build_is_deterministic(tmp_path):
     assert c.manifest["sha256"]["data/val.jsonl"] != a.manifest["sha256"]["data/val.jsonl"]
 
 
+@pytest.mark.slow   # the reasoning world's build: ~4-6 min in a fresh clone on 2 cores
 def test_warmed_up_policy_is_in_the_band_rl_needs(reasoning_world):
     m = reasoning_world.manifest
     at_1 = m["sampled"]["tau_1.0"]
@@ -39,6 +42,7 @@ def test_warmed_up_policy_is_in_the_band_rl_needs(reasoning_world):
     assert m["n_params"] > 1_000_000 and m["build_seconds"] > 0
 
 
+@pytest.mark.slow   # the reasoning world's build: ~4-6 min in a fresh clone on 2 cores
 def test_driver_runs_two_steps_across_a_stage_boundary(ray_local, tmp_path, reasoning_world):
     from launch.cli import build_config
     from launch.run.driver import run
