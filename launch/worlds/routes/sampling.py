@@ -18,23 +18,18 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from launch.worlds.reasoning import sampling as reasoning_sampling
 from launch.worlds.routes.task import SumProblem, parse_response
 from launch.worlds.sampling import generate
 from rewards.math_reward import score_math
 
 
 @dataclass
-class SampleStats:
-    temperature: float
-    n: int
-    accuracy: float                          # correct within the largest budget
-    accuracy_at: dict[int, float]            # budget -> correct and finished within it
-    cut_at: dict[int, float]                 # budget -> fraction with no EOS within it
-    mean_length: float                       # response tokens (EOS included; a cut response counts its budget)
-    length_quantiles: dict[str, int]         # p10 / p50 / p90 / max over every problem
+class SampleStats(reasoning_sampling.SampleStats):
+    """The reasoning world's figures (accuracy, per-budget accuracy and cuts, lengths, entropy), and:"""
+
     length_by_k: dict[int, dict[str, int]]   # k -> p10 / p50 / p90
     accuracy_by_k: dict[int, float]
-    mean_entropy: float                      # nats per response token
     routes: dict[str, dict[str, float]]      # route taken -> share of responses, accuracy on it
     forms: dict[str, dict[str, float]]       # how an addition was written -> share of lines, lines right
 

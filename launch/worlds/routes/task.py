@@ -31,20 +31,19 @@ appear in training, and math-verify (rewards.math) scores the box like any run's
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from rewards import problems as problems_io
+from launch.worlds.reasoning import task as reasoning_task
 
-PROMPT_TEMPLATE = "Q: {problem}\nA: "
+PROMPT_TEMPLATE = reasoning_task.PROMPT_TEMPLATE
 DATA_SOURCE = "routes_sum"
 K_MIN, K_MAX = 3, 10            # operands per problem (one letter each)
-LETTERS = "abcdefghijklmnop"
-MIN_OPERAND, MAX_OPERAND = 1, 9
+LETTERS = reasoning_task.LETTERS
+MIN_OPERAND, MAX_OPERAND = reasoning_task.MIN_OPERAND, reasoning_task.MAX_OPERAND
 
 # Every choice of a route and its frequency in the SFT data.
 DIRECTIONS = {"forward": 0.6, "backward": 0.4}      # a, b, c, ... or from the last letter down
@@ -54,22 +53,13 @@ CHECKS = {"": 0.5, " ok": 0.5 / 3, " good": 0.5 / 3, " yes": 0.5 / 3}    # a che
 
 
 @dataclass(frozen=True)
-class SumProblem:
-    """One problem, in the record shape rewards.problems.load_problems reads (plus k)."""
-
-    id: str
-    data_source: str
-    problem: str
-    answer: str
-    k: int
+class SumProblem(reasoning_task.SumProblem):
+    """One problem: the reasoning world's record (id, data_source, problem, answer, k; operands, prompt),
+    whose solution is the plainest route."""
 
     @property
-    def operands(self) -> list[int]:
-        return [int(line[1:]) for line in self.problem.splitlines()[1:]]
-
-    @property
-    def prompt(self) -> str:
-        return PROMPT_TEMPLATE.format(problem=self.problem)
+    def solution(self) -> str:
+        return render(self.operands, plain_route(self.k))
 
 
 @dataclass(frozen=True)
@@ -199,31 +189,15 @@ def make_problem(rng: random.Random, index: int, k: int | None = None) -> SumPro
 
 
 def make_splits(seed: int, n_train: int = 20000, n_val: int = 240) -> tuple[list[SumProblem], list[SumProblem]]:
-    """(train, validation), disjoint by problem text. Validation cycles through k (K_MIN, K_MIN+1, ...),
-    so any prefix of it is balanced over k; training k is uniform, repeats allowed, validation excluded."""
-    rng = random.Random(seed)
-    ks = list(range(K_MIN, K_MAX + 1))
-    index = itertools.count()
-    val: list[SumProblem] = []
-    held_out: set[str] = set()
-    for k in (ks[i % len(ks)] for i in range(n_val)):
-        while (p := make_problem(rng, next(index), k)).problem in held_out:
-            pass                                           # a repeat (only likely for small k) is drawn again
-        held_out.add(p.problem)
-        val.append(p)
-    train: list[SumProblem] = []
-    while len(train) < n_train:
-        p = make_problem(rng, next(index))
-        if p.problem not in held_out:
-            train.append(p)
-    return train, val
+    """(train, validation), disjoint by problem text, as the reasoning world draws them
+    (``reasoning.task.make_splits``): validation cycles through k (K_MIN, K_MIN+1, ...), so any prefix of
+    it is balanced over k; training k is uniform, repeats allowed, validation excluded."""
+    return reasoning_task.make_splits(seed, n_train, n_val, make=make_problem, ks=range(K_MIN, K_MAX + 1))
 
 
-def write_jsonl(problems: list[SumProblem], path: Path) -> None:
-    problems_io.write_jsonl(map(asdict, problems), path)
+write_jsonl = reasoning_task.write_jsonl
 
 
 def read_jsonl(path: Path) -> list[SumProblem]:
-    """The problems :func:`write_jsonl` wrote, k included (``load_problems`` keeps the common fields)."""
-    return [SumProblem(**{k: row[k] for k in ("id", "data_source", "problem", "answer", "k")})
-            for row in problems_io.read_jsonl(path)]
+    """The problems :func:`write_jsonl` wrote, k included."""
+    return reasoning_task.read_jsonl(path, SumProblem)
