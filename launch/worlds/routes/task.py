@@ -13,9 +13,10 @@ The freedom is real, as in a distilled reasoning model's traces: the order of th
 from a, or backward from the last letter), how each addition is written (six equivalent
 separators; t+x, x+t or the short form) and an optional check word on any line. Each SFT trace
 draws every choice afresh (`sample_trace`), so the warmed-up policy keeps a spread of routes
-(`route_entropy_nats`: ~0.39 nats of choice per response token in the data), and the choices are
-not equally easy to finish correctly: the measured warm-up policy gets an x+t line right much less
-often than a t+x or short one (the figures are in the world's manifest). RL can raise accuracy by
+(`route_entropy_nats`: 0.389 nats of choice per response token in the data), and the choices are
+not equally easy to finish correctly: the warmed-up policy (seed 0, τ=1) gets a short line right
+80% of the time, a t+x line 91%, an x+t line 88%, and 16% of its responses skip or repeat an
+operand or leave the grammar (the figures are in the world's manifest). RL can raise accuracy by
 moving to the easy choices and dropping the idle ones: that is the entropy it has to lose.
 
 Why this grammar (measured with the 4-layer model on 2 cores): a line starts with the same two
@@ -24,9 +25,9 @@ with `c=3` in the prompt (three tokens) the model had not learned the fetch afte
 that must remember which operands were used (any order, or swapping a step with the next) left
 most sampled responses repeating or skipping an operand, so the order's freedom is its direction.
 
-k (K_MIN..K_MAX) is drawn per problem, so responses grow with difficulty: ~28 tokens for k=3 up to
-~105 for k=K_MAX. Splits are a deterministic function of the seed, validation problems never
-appear in training, and math-verify (rewards.math) scores the box like any run's answers.
+k (K_MIN..K_MAX) is drawn per problem, so responses grow with difficulty: a median of 28 sampled
+tokens for k=3 up to 96 for k=K_MAX. Splits are a deterministic function of the seed, validation
+problems never appear in training, and math-verify (rewards.math) scores the box like any run's answers.
 """
 
 from __future__ import annotations
