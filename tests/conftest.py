@@ -70,3 +70,12 @@ def code_world():
     from launch.worlds.code.build import ensure_code_world
 
     return ensure_code_world()
+
+
+@pytest.fixture(scope="session")
+def routes_world():
+    """The cached routes world (launch.worlds.routes: sums along many routes, entropy to lose); built once
+    (~3 min on 2 cores) if missing."""
+    from launch.worlds.routes.build import ensure_routes_world
+
+    return ensure_routes_world()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from launch.science.findings import FINDINGS, Finding, finding
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=3, help="seeds per arm (>= 2 for a verdict; 3 by default)")
     ap.add_argument("--steps", type=int, default=12, help="learner steps per run (12: the reasoning world's "
                     "three stages of 4 steps; the full report then takes ~95 min on 2 cores)")
-    ap.add_argument("--world", choices=("tiny", "reasoning"), default=None,
+    ap.add_argument("--world", choices=("tiny", "reasoning", "routes"), default=None,
                     help="run every finding in this world (default: each finding's own)")
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
     ap.add_argument("--out", type=Path, default=Path("runs/science"))
@@ -53,19 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     require_own_packages()
     extra = tuple(x for kv in args.override for x in (f"--{kv.partition('=')[0]}", kv.partition("=")[2]))
 
-    from launch.science.report import evaluate, figure_png, write_csv, write_html
+    from launch.science.report import dose_response_png, evaluate, figure_png, write_csv, write_html
     from launch.science.runner import one_run_per_config, read_rows, run_all, spec_for
 
     chosen = list(FINDINGS) if args.findings == ["all"] else [finding(k) for k in args.findings]
     world_of = {f.key: None if args.full else (args.world or f.world) for f in chosen}
-    chosen = [Finding(f.key, f.title, f.source, f.world, f.arms, f.checks, (*f.overrides, *extra), f.notes, f.gpu)
-              for f in chosen]
+    chosen = [replace(f, overrides=(*f.overrides, *extra)) for f in chosen]
     fair = {f.key: f.overrides for f in chosen} if args.full else {}
     for f in chosen:
         if not args.full:
             fair.update(_fair([f], world_of[f.key], args.steps))
-    fair_findings = [Finding(f.key, f.title, f.source, f.world, f.arms, f.checks, fair[f.key], f.notes, f.gpu)
-                     for f in chosen]
+    fair_findings = [replace(f, overrides=fair[f.key], world=world_of[f.key] or f.world) for f in chosen]
     specs = one_run_per_config({(f.key, arm.name, seed): spec_for(f, arm, seed, args.steps, world_of[f.key])
                                 for f in fair_findings for arm in f.arms for seed in range(args.seeds)})
     args.out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             for key, error in failed.items():
                 print(f"[science] {key}: {error}", flush=True)
 
-    results, figures = [], {}
+    results, figures, dose_figures = [], {}, {}
     for f in fair_findings:
         rows_by_arm = {}
         for arm in f.arms:
@@ -90,13 +89,18 @@ def main(argv: list[str] | None = None) -> int:
             rows_by_arm[arm.name] = runs
         results += evaluate(f, rows_by_arm)
         figures[f.key] = figure_png(f, rows_by_arm)
+        if (dose := dose_response_png(f, rows_by_arm)) is not None:
+            dose_figures[f.key] = dose
     lrs = ", ".join(f"{f.key} lr {f.overrides[f.overrides.index('--learner.lr') + 1]}" for f in fair_findings
                     if "--learner.lr" in f.overrides)
     preamble = (f"{args.seeds} seeds per arm, {args.steps} learner steps per run, "
                 f"{'paper-scale presets' if args.full else 'CPU worlds'}; one learning rate per comparison "
                 f"({lrs or 'the presets'}). Verdict: a two-sided 95% t-interval of the mean paired (by seed) "
-                f"difference on the expected side of 0 (agrees), on the other (disagrees), or containing 0.")
-    html = write_html(results, figures, args.out / "report.html", title="lagrl science report", preamble=preamble)
+                f"difference on the expected side of 0 (agrees), on the other (disagrees), or containing 0; a dose-"
+                f"response check judges the per-seed least-squares slopes the same way. Each effect is "
+                f"given with the half-width of that interval.")
+    html = write_html(results, figures, args.out / "report.html", title="lagrl science report", preamble=preamble,
+                      dose_figures=dose_figures)
     table = write_csv(results, args.out / "report.csv")
     for r in results:
         print(f"[verdict] {r.finding.key}: {r.claim}: {r.verdict.line()}")

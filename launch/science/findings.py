@@ -19,6 +19,7 @@ class Arm:
     name: str
     preset: str
     overrides: tuple[str, ...] = ()          # extra CLI overrides, e.g. ("--learner.loss.eps_high", "0.4")
+    skip_steps: int = 0                      # steps its statistics leave out (a fixed-lag-k run's ramp-in: k)
 
 
 @dataclass(frozen=True)
@@ -31,25 +32,44 @@ class Check:
 
 
 @dataclass(frozen=True)
+class SlopeCheck:
+    """A dose-response check: the sign of the slope of a statistic against a dose (launch.science.verdict.judge_slope)."""
+    claim: str
+    statistic: str                           # a key of launch.science.verdict.STATISTICS
+    doses: tuple[tuple[str, float], ...]     # (arm name, its dose), e.g. (("lag 0", 0), ("lag 1", 1), ...)
+    expect: Literal["higher", "lower"]       # expected sign of the slope
+
+    @property
+    def a(self) -> None:                     # a slope is judged against 0, like Check(a=None)
+        return None
+
+    @property
+    def b(self) -> str:
+        return "slope over " + ", ".join(name for name, _ in self.doses)
+
+
+@dataclass(frozen=True)
 class Finding:
     key: str
     title: str
     source: str
-    world: Literal["tiny", "reasoning"]
+    world: Literal["tiny", "reasoning", "routes"]
     arms: tuple[Arm, ...]
-    checks: tuple[Check, ...]
+    checks: tuple[Check | SlopeCheck, ...]
     overrides: tuple[str, ...] = ()          # for every arm: lr, steps budget, eval
     notes: str = ""
     gpu: dict[str, str] = field(default_factory=dict)   # arm -> paper-scale preset
 
 
+LAG_DOSES = (0, 1, 2, 4, 8)
+LAG_ARMS = tuple(Arm(f"lag {k}", f"fixedlag_{k}", skip_steps=k) for k in LAG_DOSES)
 ONPOLICY = Arm("on-policy (1, D, D)", "reuse1_dr64_dt64")
 REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
         "reuse", "Off-policy sample reuse collapses entropy faster", "Skywork-OR1 §4 (Figure: off-policy ablation)",
-        "reasoning", (ONPOLICY, REUSE4),
+        "routes", (ONPOLICY, REUSE4),
         (Check("reuse-4 (16 updates per rollout batch) keeps less of its entropy than on-policy",
                "entropy_ratio", ONPOLICY.name, REUSE4.name, "lower"),),
         gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16"}),
@@ -57,18 +77,18 @@ FINDINGS: tuple[Finding, ...] = (
         "minibatches", "More mini-batches per rollout batch also speed up collapse", "Skywork-OR1 §4",
         # a preset, not a --learner.batch.mini_batch override: an absolute D_T would be applied after a
         # world's scaling (D_R 32 or 16 there) and lose the ratio D_R/D_T = 4
-        "reasoning", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt16")),
+        "routes", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt16")),
         (Check("(1, D_R, D_T) with D_T = D_R/4 keeps less entropy than (1, D, D)",
                "entropy_ratio", ONPOLICY.name, "(1, D, D/4)", "lower"),),
         gpu={ONPOLICY.name: "reuse1_dr64_dt64", "(1, D, D/4)": "reuse1_dr64_dt16"}),
     Finding(
         "temperature", "A low sampling temperature collapses faster", "Skywork-OR1 §4 (temperature ablation)",
-        "reasoning", (Arm("tau 1.0", "temp_1"), Arm("tau 0.6", "temp_0.6")),
+        "routes", (Arm("tau 1.0", "temp_1"), Arm("tau 0.6", "temp_0.6")),
         (Check("tau 0.6 keeps less of its entropy than tau 1.0", "entropy_ratio", "tau 1.0", "tau 0.6", "lower"),),
         gpu={"tau 1.0": "temp_1", "tau 0.6": "temp_0.6"}),
     Finding(
         "clip_higher", "Clip-higher keeps entropy up; a large eps_high blows it up",
-        "DAPO §3.1; Skywork-OR1 §4 (clip-higher ablation)", "reasoning",
+        "DAPO §3.1; Skywork-OR1 §4 (clip-higher ablation)", "routes",
         (Arm("eps_high 0.2", "cliphigh_0.2"), Arm("eps_high 0.28", "cliphigh_0.28"),
          Arm("eps_high 0.5", "cliphigh_0.28", ("--learner.loss.eps_high", "0.5"))),
         (Check("eps_high 0.28 keeps more entropy than 0.2", "entropy_ratio", "eps_high 0.2", "eps_high 0.28", "higher"),
@@ -78,7 +98,7 @@ FINDINGS: tuple[Finding, ...] = (
              "eps_high 0.5": "cliphigh_0.28 + --learner.loss.eps_high 0.5"}),
     Finding(
         "entropy_control", "Adaptive entropy control holds entropy near its target",
-        "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "reasoning",
+        "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "routes",
         (Arm("adaptive", "entropy_adaptive"), Arm("none", "entropy_none"), Arm("fixed 1e-2", "entropy_fixed_0.01")),
         (Check("without an entropy term entropy ends lower than under adaptive control",
                "entropy_final", "adaptive", "none", "lower"),
@@ -87,6 +107,18 @@ FINDINGS: tuple[Finding, ...] = (
          Check("adaptive control ends closer to its target than no entropy term",
                "entropy_target_gap", "adaptive", "none", "higher")),
         gpu={"adaptive": "entropy_adaptive", "none": "entropy_none", "fixed 1e-2": "entropy_fixed_0.01"}),
+    Finding(
+        "lag", "Entropy and accuracy against lag as a controlled dose", "Skywork-OR1 §4 (off-policy updates "
+        "speed up entropy collapse), measured here as a dose: every token trained at update lag exactly k",
+        "routes", LAG_ARMS,
+        (SlopeCheck("entropy ratio falls as the lag k grows (0, 1, 2, 4, 8)", "entropy_ratio",
+                    tuple((a.name, float(k)) for a, k in zip(LAG_ARMS, LAG_DOSES)), "lower"),
+         SlopeCheck("accuracy at the end falls as the lag k grows", "accuracy_final",
+                    tuple((a.name, float(k)) for a, k in zip(LAG_ARMS, LAG_DOSES)), "lower")),
+        notes="Each dose is the baseline with --learner.fixed_lag k (one update per step, the same lr). A "
+              "lag-k run's first k steps train at lag < k (no version k behind version 0): its statistics "
+              "leave them out, so a dose is measured over steps k..end only.",
+        gpu={a.name: a.preset for a in LAG_ARMS}),
     Finding(
         "multistage", "Multi-stage context lengthening", "Skywork-OR1 §3 (multi-stage training)", "reasoning",
         (Arm("fixed short budget", "multistage", ("--data.stages", '[{"max_tokens": 64}]')),

@@ -4,11 +4,16 @@ Pure functions of metrics rows (``metrics.jsonl``), testable without a run. A ch
 B with arm A on one statistic; seeds pair the runs (seed s of A with seed s of B), so what varies
 with the seed (prompt order, sampling) cancels in the difference d_s = stat(B, s) - stat(A, s).
 The effect is mean(d) with its spread sd(d) across seeds; the verdict asks whether a two-sided
-95% t-interval of the mean difference excludes 0:
+95% t-interval of the mean difference (half-width t_0.975(n-1) sd(d)/sqrt(n), printed beside every
+verdict) excludes 0:
 
     agrees        the interval lies on the expected side of 0
     disagrees     it lies on the other side
     inconclusive  it contains 0 (or fewer than 2 seeds)
+
+A dose-response check (lag k = 0, 1, 2, 4, 8) fits, per seed, the least-squares slope of the statistic
+against the dose over that seed's runs, and judges the slopes like paired differences (the seed's
+prompt order and sampling are shared by its doses, so they cancel in its slope): ``judge_slope``.
 
 A finding that does not reproduce is reported as measured: nothing here is tuned per finding.
 """
@@ -95,10 +100,17 @@ STATISTICS: dict[str, Callable[[Rows], float]] = {
 REFERENCED = {"entropy_target_gap"}     # statistics that also read the paired run of the other arm
 
 
-def statistic(name: str, rows: Rows | None, reference: Rows | None = None) -> float:
-    """STATISTICS[name] of one run; NaN for a missing run (a seed that failed)."""
+def from_step(rows: Rows, first: int) -> list[dict]:
+    """The rows of steps ``first`` on: a fixed-lag-k run's first k steps train at lag < k (the ramp-in:
+    no version k behind version 0), so its dose's statistics start at step k."""
+    return [r for r in rows if r.get("step", 0) >= first]
+
+
+def statistic(name: str, rows: Rows | None, reference: Rows | None = None, skip_steps: int = 0) -> float:
+    """STATISTICS[name] of one run from step ``skip_steps`` on; NaN for a missing run (a seed that failed)."""
     if rows is None:
         return math.nan
+    rows = from_step(rows, skip_steps)
     if name in REFERENCED:
         return STATISTICS[name](rows, reference or ())
     return STATISTICS[name](rows)
@@ -114,9 +126,21 @@ class Verdict:
     a: list[float] = field(default_factory=list)   # stat(A) per seed
     b: list[float] = field(default_factory=list)   # stat(B) per seed
 
+    @property
+    def half_width(self) -> float:
+        """Half-width of the two-sided 95% t-interval of the effect (NaN below 2 seeds)."""
+        if self.n < 2 or not math.isfinite(self.spread):
+            return math.nan
+        return t95(self.n - 1) * self.spread / math.sqrt(self.n)
+
     def line(self) -> str:
-        return (f"{self.verdict}: effect {self.effect:+.4f} ± {self.spread:.4f} (sd over {self.n} seeds, "
-                f"t = {self.t:+.2f})")
+        return (f"{self.verdict}: effect {self.effect:+.4f}, 95% CI ± {self.half_width:.4f} "
+                f"(sd {self.spread:.4f} over {self.n} seeds, t = {self.t:+.2f})")
+
+
+def t95(dof: int) -> float:
+    """Two-sided 95% quantile of Student's t (1.96 beyond the table)."""
+    return T95.get(dof, 1.96)
 
 
 def judge(a: Sequence[float], b: Sequence[float], expect: Literal["higher", "lower"]) -> Verdict:
@@ -131,7 +155,29 @@ def judge(a: Sequence[float], b: Sequence[float], expect: Literal["higher", "low
     se = spread / math.sqrt(n) if n > 1 else math.nan
     t = effect / se if n > 1 and se > 0 else (math.copysign(math.inf, effect) if n > 1 and effect else math.nan)
     verdict: Literal["agrees", "disagrees", "inconclusive"] = "inconclusive"
-    if n > 1 and math.isfinite(effect) and abs(t) > T95.get(n - 1, 1.96):
+    if n > 1 and math.isfinite(effect) and abs(t) > t95(n - 1):
         sign = 1 if expect == "higher" else -1
         verdict = "agrees" if effect * sign > 0 else "disagrees"
     return Verdict(verdict, effect, spread, n, t, list(a), list(b))
+
+
+def slope(doses: Sequence[float], values: Sequence[float]) -> float:
+    """Least-squares slope of ``values`` against ``doses`` over the finite points; NaN with fewer than
+    two distinct doses among them."""
+    pts = [(x, y) for x, y in zip(doses, values) if math.isfinite(y)]
+    if len({x for x, _ in pts}) < 2:
+        return math.nan
+    x, y = np.array(pts, dtype=float).T
+    return float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
+
+
+def judge_slope(doses: Sequence[float], per_dose: Sequence[Sequence[float]],
+                expect: Literal["higher", "lower"]) -> Verdict:
+    """The verdict on the slope of a statistic against the dose being positive (``higher``) or negative
+    (``lower``). ``per_dose[i][s]`` is the statistic of dose ``doses[i]``'s run with seed s (NaN: missing);
+    each seed's slope is fitted over its own runs, then the slopes are judged against 0 (``judge``).
+    The Verdict's ``b`` holds the slope per seed."""
+    n_seeds = max((len(v) for v in per_dose), default=0)
+    column = [[v[s] if s < len(v) else math.nan for v in per_dose] for s in range(n_seeds)]
+    slopes = [slope(doses, values) for values in column]
+    return judge([0.0] * len(slopes), slopes, expect)

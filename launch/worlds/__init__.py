@@ -2,9 +2,13 @@
 
     cache.py       how a world is built once, atomically, into $LAGRL_CACHE and shared (World)
     scaling.py     the shared part of scaling a preset down: D_R/D_T, N_reuse and N_SGD kept, one CPU actor
+    tokenizer.py   the worlds' one tokenizer trainer (a byte-level BPE with Qwen2's pre-tokenisation)
+    sft.py         the worlds' one supervised warm-up step loop (AdamW until a sampled check passes)
+    sampling.py    sampling a policy as the actors do, with per-token entropy (reasoning, routes)
     tiny/          arithmetic with 7-token answers: the demo and most tests (``--tiny``)
     reasoning/     written-out running sums, 13-159 tokens: budgets, truncation and shaping bite (``--reasoning``)
     code/          a+b and one-line Python programs in the verl layout: code in the loop (``--code``)
+    routes/        sums solved along many equivalent routes: a policy with entropy to lose (``--routes``)
     shapes/        Qwen2.5-0.5B's shapes with random weights: memory and time at real size (``--shapes``)
 
     python -m launch.worlds tiny            # build (or find) a world and print its manifest
@@ -56,6 +60,11 @@ WORLDS: dict[str, WorldEntry] = {
         template="launch.worlds.code.scale:PROMPT_TEMPLATE",
         help="the code CPU world: a+b and one-line Python programs trained together, code scored in the sandbox "
              "(launch/worlds/code)"),
+    "routes": WorldEntry(
+        scale="launch.worlds.routes.scale:scale_to_routes", build="launch.worlds.routes.build:ensure_routes_world",
+        template="launch.worlds.routes.task:PROMPT_TEMPLATE",
+        help="the routes CPU world: sums solved along many equivalent routes, a warmed-up policy with entropy to "
+             "lose (>= 0.4 nats/token), 48 -> 96 -> 192-token budgets (launch/worlds/routes)"),
     "shapes": WorldEntry(
         scale="launch.worlds.shapes.scale:scale_to_shapes", build="launch.worlds.shapes.build:ensure_shapes_world",
         template="launch.worlds.tiny.task:PROMPT_TEMPLATE", evaluates=False,

@@ -77,3 +77,63 @@ def test_evaluate_pairs_by_seed_when_a_run_is_missing():
     # b has no target: measured against a's 0.2 -> gaps 0.05, 0.075 vs a's 0.3, 0.1
     assert gap.verdict.b[0] == pytest.approx(0.05) and gap.verdict.b[2] == pytest.approx(0.075)
     assert gap.verdict.effect == pytest.approx(((0.05 - 0.3) + (0.075 - 0.1)) / 2)
+
+
+def test_slope_by_hand():
+    from launch.science.verdict import slope
+
+    # doses 0 1 2 4 8: mean 3, deviations -3 -2 -1 1 5, Sxx = 9+4+1+1+25 = 40
+    # values 1.0 .9 .8 .7 .5: mean .78, deviations .22 .12 .02 -.08 -.28, Sxy = -.66-.24-.02-.08-1.40 = -2.40
+    assert slope([0, 1, 2, 4, 8], [1.0, 0.9, 0.8, 0.7, 0.5]) == pytest.approx(-2.40 / 40)
+    # a missing dose (NaN) is left out: doses 0 2 4, values 1 .8 .6 -> exactly -0.1
+    assert slope([0, 1, 2, 4], [1.0, math.nan, 0.8, 0.6]) == pytest.approx(-0.1)
+    assert math.isnan(slope([0, 1], [1.0, math.nan]))                          # one point: no slope
+
+
+def test_judge_slope_by_hand():
+    from launch.science.verdict import judge_slope
+
+    doses = [0, 1, 2, 4, 8]
+    # per seed (columns): slopes -2.40/40 = -0.06, -2.50/40 = -0.0625, -1.95/40 = -0.04875
+    #   seed 1: 0.9 .85 .8 .7 .4, mean .73, deviations .17 .12 .07 -.03 -.33, Sxy = -.51-.24-.07-.03-1.65 = -2.50
+    #   seed 2: 1.0 .95 .85 .8 .6, mean .84, deviations .16 .11 .01 -.04 -.24, Sxy = -.48-.22-.01-.04-1.20 = -1.95
+    per_dose = [[1.0, 0.9, 1.0], [0.9, 0.85, 0.95], [0.8, 0.8, 0.85], [0.7, 0.7, 0.8], [0.5, 0.4, 0.6]]
+    v = judge_slope(doses, per_dose, "lower")
+    assert v.b == pytest.approx([-0.06, -0.0625, -0.04875]) and v.n == 3
+    # mean -0.17125/3 = -0.0570833; deviations -0.0029167 -0.0054167 +0.0083333, sum of squares 1.07292e-4,
+    # sd = sqrt(1.07292e-4 / 2) = 0.0073243; se = 0.0042287; t = -13.499; half-width 4.303 * se = 0.018196
+    assert v.effect == pytest.approx(-0.0570833, abs=1e-7) and v.spread == pytest.approx(0.0073243, abs=1e-7)
+    assert v.t == pytest.approx(-13.499, abs=1e-3) and v.half_width == pytest.approx(0.018196, abs=1e-6)
+    assert v.verdict == "agrees" and judge_slope(doses, per_dose, "higher").verdict == "disagrees"
+    assert "95% CI ± 0.0182" in v.line()
+    # a flat response: slopes 0.1, -0.1 -> inconclusive
+    assert judge_slope([0, 1], [[0.5, 0.6], [0.6, 0.5]], "lower").verdict == "inconclusive"
+    assert math.isnan(judge([0.5], [0.1], "lower").half_width)                  # one seed: no interval
+
+
+def test_lag_dose_response_leaves_out_the_ramp_in():
+    """A fixed-lag-k run's first k steps (lag < k) must not count: they hold 5.0 here, which would
+    swamp every ratio. From step k on the entropy is 1.0 in the first window and r in the last, so
+    each dose's entropy ratio is exactly r = 1 - c_s * k: slopes -c_s = -0.05, -0.04, -0.06."""
+    from launch.science.findings import finding
+    from launch.science.report import dose_statistics, evaluate
+
+    lag = finding("lag")
+    assert [(a.preset, a.skip_steps) for a in lag.arms] == [(f"fixedlag_{k}", k) for k in (0, 1, 2, 4, 8)]
+
+    def run(k: int, r: float) -> list[dict]:
+        # 10 steps; kept: steps k..9. Windows (20% of the kept steps, at least 1): k=0,1,2 -> 2 steps,
+        # k=4 (6 kept) and k=8 (2 kept) -> 1 step; steps k (and k+1 below 8) -> 1.0 and 8, 9 -> r (but step
+        # 8 when k = 8) cover every window
+        e = [5.0 if s < k else 1.0 if s == k or s == k + 1 < 8 else r if s >= 8 else 0.95 for s in range(10)]
+        return _rows("entropy/mean", e, **{"reward/accuracy": 0.3})
+
+    c = [0.05, 0.04, 0.06]
+    by_arm = {a.name: [run(k, 1 - cs * k) for cs in c] for a, k in zip(lag.arms, (0, 1, 2, 4, 8))}
+    ratio, accuracy = evaluate(lag, by_arm)
+    assert dose_statistics(lag, lag.checks[0], by_arm)[4] == pytest.approx([1 - 0.4, 1 - 0.32, 1 - 0.48])
+    assert ratio.verdict.b == pytest.approx([-0.05, -0.04, -0.06])
+    # mean -0.05, sd 0.01, se 0.01/sqrt(3) = 0.0057735, t = -8.660, half-width 4.303 * se = 0.024843
+    assert ratio.verdict.effect == pytest.approx(-0.05) and ratio.verdict.t == pytest.approx(-8.660, abs=1e-3)
+    assert ratio.verdict.half_width == pytest.approx(0.024843, abs=1e-6) and ratio.verdict.verdict == "agrees"
+    assert accuracy.verdict.effect == pytest.approx(0.0) and accuracy.verdict.verdict == "inconclusive"

@@ -23,7 +23,8 @@ from launch.worlds.reasoning.task import (
     read_jsonl,
     write_jsonl,
 )
-from launch.worlds.tiny.tokenizer import train_tokenizer
+from launch.worlds.tiny.build import VOCAB_SIZE
+from launch.worlds.tokenizer import train_tokenizer
 from rewards.config import RewardConfig
 from rewards.math_reward import score_math_group
 from rewards.problems import load_problems
@@ -80,7 +81,7 @@ def test_every_k_appears_in_both_splits(splits):
 def test_trace_token_lengths_grow_with_k(splits):
     train, val = splits
     with tempfile.TemporaryDirectory() as d:
-        tok = train_tokenizer([p.prompt + p.solution for p in train[:500]], Path(d))
+        tok = train_tokenizer([p.prompt + p.solution for p in train[:500]], Path(d), vocab_size=VOCAB_SIZE)
         by_k = collections.defaultdict(list)
         for p in val:
             by_k[p.k].append(len(tok(p.solution)["input_ids"]) + 1)          # + EOS

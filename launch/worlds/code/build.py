@@ -20,8 +20,6 @@ from launch.worlds.cache import World, ensure_world, sha256_file
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 
 
-
-
 def measure(model, tok, items, path: Path, seed: int) -> dict:
     """Accuracy per kind under the run's own rewards (rewards.scoring: math-verify, the sandbox), on the
     problems as a run loads them from ``path`` (the verl rows of ``items``)."""
@@ -45,10 +43,11 @@ def measure(model, tok, items, path: Path, seed: int) -> dict:
 def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, log) -> dict:
     import torch
 
+    from launch.worlds.code import CHAT_TEMPLATE, VOCAB_SIZE
     from launch.worlds.code.model import init_code_model
     from launch.worlds.code.task import make_splits
-    from launch.worlds.code.tokenizer import train_tokenizer
     from launch.worlds.code.warmup import prompt_text, warm_up
+    from launch.worlds.tokenizer import train_tokenizer
     from rewards.problems import write_jsonl
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
@@ -57,11 +56,9 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
     (out / "data").mkdir(parents=True)
     write_jsonl([i.row for i in splits.train], out / "data" / "train.jsonl")
     write_jsonl([i.row for i in splits.val], out / "data" / "val.jsonl")
-    from launch.worlds.code.tokenizer import CHAT_TEMPLATE
-
     corpus = [CHAT_TEMPLATE] + [m["content"] for i in splits.warmup for m in i.messages] + \
              [i.solution for i in splits.warmup]
-    tok = train_tokenizer(corpus, out / "model")
+    tok = train_tokenizer(corpus, out / "model", vocab_size=VOCAB_SIZE, chat_template=CHAT_TEMPLATE)
     model = init_code_model(len(tok), tok.eos_token_id, seed)
     log(f"[code] tokenizer: {len(tok)} tokens; model: {sum(p.numel() for p in model.parameters()):,} params")
     result = warm_up(model, tok, splits.warmup, splits.val, seed=seed, target_accuracy=target_accuracy,

@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from launch.worlds.code import RESPONSE_BUDGET
 from launch.worlds.code.task import Item
+from launch.worlds.sft import encode_sft, sft_steps
 
 _BOXED = re.compile(r"\\boxed\{(-?\d+)\}")
 _BLOCK = re.compile(r"```python\n(.*?)\n```", re.S)
@@ -50,15 +51,7 @@ def encode(tok: PreTrainedTokenizerFast, items: list[Item]) -> dict[str, tuple[l
 def _batch(tok: PreTrainedTokenizerFast, items: list[Item],
            encoded: dict[str, tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
     """Right-padded prompt + solution + EOS, labels on the response tokens only."""
-    ids, labels = [], []
-    for item in items:
-        prompt, response = encoded[item.id]
-        ids.append(prompt + response)
-        labels.append([-100] * len(prompt) + response)
-    width, pad = max(map(len, ids)), tok.pad_token_id
-    return {"input_ids": torch.tensor([x + [pad] * (width - len(x)) for x in ids]),            # (B, L)
-            "attention_mask": torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
-            "labels": torch.tensor([y + [-100] * (width - len(y)) for y in labels])}
+    return encode_sft(tok, [encoded[item.id] for item in items])
 
 
 def exact_match(text: str, item: Item) -> bool:
@@ -99,24 +92,18 @@ def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, pool: list[It
     math = [i for i in pool if not i.is_code]
     code = [i for i in pool if i.is_code]
     encoded = encode(tok, pool)
-    torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
-    start, acc, step = time.monotonic(), (0.0, 0.0), 0
-    while step < max_steps:
+    start, acc = time.monotonic(), (0.0, 0.0)
+
+    def next_batch(_: int) -> dict[str, torch.Tensor]:
         n_code = batch_size // 2 if acc[1] < target_accuracy else batch_size // 8
-        batch = rng.sample(math, batch_size - n_code) + rng.sample(code, n_code)
-        loss = model(**_batch(tok, batch, encoded)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        if step % eval_every == 0 or step == max_steps:
-            acc = accuracies(model, tok, val, seed + step)
-            log(f"[code] warm-up step {step:5d}  loss {loss.item():.3f}  val acc@τ=1 math {acc[0]:.3f} "
-                f"code {acc[1]:.3f}  ({time.monotonic() - start:.0f}s)")
-            if min(acc) >= target_accuracy:
-                break
-    model.eval()
+        return _batch(tok, rng.sample(math, batch_size - n_code) + rng.sample(code, n_code), encoded)
+
+    def check(step: int, loss: float) -> bool:
+        nonlocal acc
+        acc = accuracies(model, tok, val, seed + step)
+        log(f"[code] warm-up step {step:5d}  loss {loss:.3f}  val acc@τ=1 math {acc[0]:.3f} "
+            f"code {acc[1]:.3f}  ({time.monotonic() - start:.0f}s)")
+        return min(acc) >= target_accuracy
+
+    step = sft_steps(model, next_batch, check, seed=seed, lr=lr, max_steps=max_steps, check_every=eval_every)
     return WarmupResult(steps=step, math_accuracy=acc[0], code_accuracy=acc[1], seconds=time.monotonic() - start)

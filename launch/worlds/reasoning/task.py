@@ -30,6 +30,7 @@ import itertools
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from rewards import problems as problems_io
 
@@ -52,7 +53,8 @@ class SumProblem:
 
     @property
     def operands(self) -> list[int]:
-        return [int(line.split("=")[1]) for line in self.problem.splitlines()[1:]]
+        """One operand per line after "Add:", after its letter (``a=7`` here, ``a7`` in the routes world)."""
+        return [int(line[1:].lstrip("=")) for line in self.problem.splitlines()[1:]]
 
     @property
     def prompt(self) -> str:
@@ -86,24 +88,28 @@ def make_problem(rng: random.Random, index: int, k: int | None = None) -> SumPro
                       answer=str(sum(operands)), k=k)
 
 
-def make_splits(seed: int, n_train: int = 20000, n_val: int = 256) -> tuple[list[SumProblem], list[SumProblem]]:
-    """(train, validation), disjoint by problem text. Validation holds n_val // (K_MAX-K_MIN+1) distinct
-    problems of every k (the remainder to the smallest ks), so its accuracy weighs every difficulty
-    alike; training problems are drawn with k uniform, repeats allowed, validation problems excluded."""
+def make_splits(seed: int, n_train: int = 20000, n_val: int = 256, *,
+                make: Callable[..., SumProblem] | None = None,
+                ks: range = range(K_MIN, K_MAX + 1)) -> tuple[list[SumProblem], list[SumProblem]]:
+    """(train, validation), disjoint by problem text. Validation cycles through ``ks`` (so any prefix of
+    it, and the whole, weighs every difficulty alike), distinct problems only; training problems are
+    drawn by ``make(rng, index)`` (k uniform over ``ks``), repeats allowed, validation problems excluded.
+    ``make(rng, index, k)`` draws one problem (default :func:`make_problem`; the routes world has its own)."""
+    make = make or make_problem
     rng = random.Random(seed)
-    ks = list(range(K_MIN, K_MAX + 1))
+    ks = list(ks)
     val_ks = [ks[i % len(ks)] for i in range(n_val)]
     index = itertools.count()
     val: list[SumProblem] = []
     held_out: set[str] = set()
     for k in val_ks:
-        while (p := make_problem(rng, next(index), k)).problem in held_out:
+        while (p := make(rng, next(index), k)).problem in held_out:
             pass                                           # a repeat (only likely for small k) is drawn again
         held_out.add(p.problem)
         val.append(p)
     train: list[SumProblem] = []
     while len(train) < n_train:
-        p = make_problem(rng, next(index))
+        p = make(rng, next(index))
         if p.problem not in held_out:
             train.append(p)
     return train, val
@@ -113,7 +119,7 @@ def write_jsonl(problems: list[SumProblem], path: Path) -> None:
     problems_io.write_jsonl(map(asdict, problems), path)
 
 
-def read_jsonl(path: Path) -> list[SumProblem]:
+def read_jsonl(path: Path, cls: type[SumProblem] = SumProblem) -> list[SumProblem]:
     """The problems :func:`write_jsonl` wrote, k included (``load_problems`` keeps the common fields)."""
-    return [SumProblem(**{k: row[k] for k in ("id", "data_source", "problem", "answer", "k")})
+    return [cls(**{k: row[k] for k in ("id", "data_source", "problem", "answer", "k")})
             for row in problems_io.read_jsonl(path)]

@@ -16,6 +16,7 @@ from pathlib import Path
 from launch.worlds.cache import World, ensure_world, sha256_file
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
+VOCAB_SIZE = 320   # the BPE vocabulary (launch.worlds.tokenizer); the reasoning world's too
 
 
 def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, log) -> dict:
@@ -23,8 +24,8 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
 
     from launch.worlds.tiny.model import init_tiny_model
     from launch.worlds.tiny.task import make_splits, write_jsonl
-    from launch.worlds.tiny.tokenizer import train_tokenizer
     from launch.worlds.tiny.warmup import warm_up
+    from launch.worlds.tokenizer import train_tokenizer
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()
@@ -32,7 +33,7 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
     (out / "data").mkdir(parents=True)
     write_jsonl(train, out / "data" / "train.jsonl")
     write_jsonl(val, out / "data" / "val.jsonl")
-    tok = train_tokenizer([p.prompt + p.solution for p in train], out / "model")
+    tok = train_tokenizer([p.prompt + p.solution for p in train], out / "model", vocab_size=VOCAB_SIZE)
     model = init_tiny_model(len(tok), tok.eos_token_id, seed)
     log(f"[tiny] tokenizer: {len(tok)} tokens; model: {sum(p.numel() for p in model.parameters()):,} params")
     result = warm_up(model, tok, train, val, seed=seed, target_accuracy=target_accuracy,

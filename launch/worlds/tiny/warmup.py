@@ -16,6 +16,7 @@ import torch
 from math_verify import parse, verify
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from launch.worlds.sft import encode_sft, sft_steps
 from launch.worlds.tiny.task import Problem
 
 
@@ -28,19 +29,8 @@ class WarmupResult:
 
 def _batch(tok: PreTrainedTokenizerFast, problems: list[Problem]) -> dict[str, torch.Tensor]:
     """Right-padded prompt+solution+EOS with labels only on the response tokens."""
-    ids, labels = [], []
-    for p in problems:
-        prompt = tok(p.prompt)["input_ids"]
-        response = tok(p.solution)["input_ids"] + [tok.eos_token_id]
-        ids.append(prompt + response)
-        labels.append([-100] * len(prompt) + response)
-    width = max(map(len, ids))
-    pad = tok.pad_token_id
-    return {
-        "input_ids": torch.tensor([x + [pad] * (width - len(x)) for x in ids]),          # (B, L)
-        "attention_mask": torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids]),
-        "labels": torch.tensor([y + [-100] * (width - len(y)) for y in labels]),
-    }
+    return encode_sft(tok, [(tok(p.prompt)["input_ids"], tok(p.solution)["input_ids"] + [tok.eos_token_id])
+                            for p in problems])
 
 
 def answer_correct(text: str, gold: str) -> bool:
@@ -74,23 +64,16 @@ def sampled_accuracy(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, prob
 def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[Problem],
             val: list[Problem], *, seed: int, target_accuracy: float = 0.2, max_steps: int = 1500,
             eval_every: int = 50, batch_size: int = 64, lr: float = 1e-3, log=print) -> WarmupResult:
+    """Train on the solutions until sampled validation accuracy reaches ``target_accuracy`` (launch.worlds.sft)."""
     rng = random.Random(seed)
-    torch.manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    model.train()
-    start, acc, step = time.monotonic(), 0.0, 0
-    while step < max_steps:
-        loss = model(**_batch(tok, rng.sample(train, batch_size))).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
-        if step % eval_every == 0 or step == max_steps:
-            acc = sampled_accuracy(model, tok, val, seed=seed + step)
-            log(f"[tiny] warm-up step {step:5d}  loss {loss.item():.3f}  val acc@τ=1 {acc:.3f}  "
-                f"({time.monotonic() - start:.0f}s)")
-            if acc >= target_accuracy:
-                break
-    model.eval()
+    start, acc = time.monotonic(), 0.0
+
+    def check(step: int, loss: float) -> bool:
+        nonlocal acc
+        acc = sampled_accuracy(model, tok, val, seed=seed + step)
+        log(f"[tiny] warm-up step {step:5d}  loss {loss:.3f}  val acc@τ=1 {acc:.3f}  ({time.monotonic() - start:.0f}s)")
+        return acc >= target_accuracy
+
+    step = sft_steps(model, lambda _: _batch(tok, rng.sample(train, batch_size)), check, seed=seed, lr=lr,
+                     max_steps=max_steps, check_every=eval_every)
     return WarmupResult(steps=step, accuracy=acc, seconds=time.monotonic() - start)

@@ -1,0 +1,123 @@
+"""Build (or load from cache) the routes world: tokenizer, Qwen2 model, task splits, warm-up, figures.
+
+    python -m launch.worlds routes      # build into $LAGRL_CACHE/routes-world-... and print the manifest
+
+Everything is a function of the seed, so two builds give byte-identical files; the manifest
+records their SHA-256 so a test can prove it. Builds go through ``launch.worlds.cache.ensure_world``
+(file lock, atomic rename). The manifest (``world.json``) also records, and the build prints when it
+ends (``summary_lines``), what the warmed-up policy does when sampled on the validation problems with
+transformers' ``generate`` (one sample each, no top-k/top-p): token entropy at τ 1.0 and 0.6,
+accuracy, response-length percentiles per difficulty k, the fraction cut at each stage budget of the
+``--routes`` scaling, and which routes it takes and how often each finishes correctly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from launch.worlds.cache import World, ensure_world, sha256_file
+from launch.worlds.routes import STAGE_BUDGETS
+
+BUILD_VERSION = 1  # bump when anything below changes what gets built
+FILES = ("model/tokenizer.json", "model/model.safetensors", "data/train.jsonl", "data/val.jsonl")
+CHECK_PROBLEMS = 80                   # the warm-up's stopping check: 10 validation problems of every k
+
+
+def summary_lines(m: dict) -> list[str]:
+    """The figures of a built world, as printed after a build (the README quotes them)."""
+    at_1, at_06 = m["sampled"]["tau_1.0"], m["sampled"]["tau_0.6"]
+    cuts = " / ".join(f"{at_1['cut_at'][str(b)]:.2f}" for b in STAGE_BUDGETS)
+    lines = [
+        f"[routes] sampled with {m['sampler']} on {m['n_val']} validation problems:",
+        f"[routes]   entropy (nats/token): τ=1.0 {at_1['mean_entropy']:.3f}   τ=0.6 {at_06['mean_entropy']:.3f}"
+        f"   (SFT data's route choices: {m['data']['route_entropy_per_token']:.3f})",
+        f"[routes]   accuracy: τ=1.0 {at_1['accuracy']:.3f}   τ=0.6 {at_06['accuracy']:.3f}",
+        f"[routes]   cut at {' / '.join(map(str, STAGE_BUDGETS))} tokens (τ=1.0): {cuts}",
+        f"[routes]   length p10/p50/p90/max (τ=1.0): " + "/".join(str(at_1["length_quantiles"][q])
+                                                        for q in ("p10", "p50", "p90", "max")),
+        "[routes]   per k: length p10/p50/p90, accuracy (τ=1.0):",
+    ]
+    for k, q in at_1["length_by_k"].items():
+        lines.append(f"[routes]     k={int(k):2d}: {q['p10']:3d}/{q['p50']:3d}/{q['p90']:3d}  acc {at_1['accuracy_by_k'][k]:.2f}")
+    routes = ", ".join(f"{name} {r['share']:.2f} (acc {r['accuracy']:.2f})" for name, r in at_1["routes"].items())
+    forms = ", ".join(f"{name} {r['share']:.2f} (right {r['accuracy']:.2f})" for name, r in at_1["forms"].items())
+    lines += [f"[routes]   routes taken (τ=1.0): {routes}",
+              f"[routes]   additions written (τ=1.0): {forms}",
+              f"[routes]   warm-up {m['warmup']['steps']} steps ({m['warmup']['seconds']}s); "
+              f"build {m['build_seconds']}s"]
+    return lines
+
+
+def _data_figures(train, tok, seed: int) -> dict:
+    """What the SFT data look like: response tokens per k and the entropy of their route choices per token."""
+    from launch.worlds.routes.task import route_entropy_nats, sample_trace
+
+    rng = random.Random(seed)
+    by_k: dict[int, list[int]] = {}
+    for p in train[:3000]:
+        by_k.setdefault(p.k, []).append(len(tok(sample_trace(p, rng))["input_ids"]) + 1)      # + EOS
+    mean_tokens = {k: statistics.mean(v) for k, v in sorted(by_k.items())}
+    return {"response_tokens_mean_by_k": {k: round(v, 1) for k, v in mean_tokens.items()},
+            "route_entropy_per_token": round(sum(route_entropy_nats(k) for k in mean_tokens)
+                                             / sum(mean_tokens.values()), 4)}
+
+
+def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, n_val: int, log) -> dict:
+    import torch
+
+    from launch.worlds.reasoning.model import init_reasoning_model
+    from launch.worlds.routes.sampling import sample_stats
+    from launch.worlds.routes.task import make_splits, sample_trace, write_jsonl
+    from launch.worlds.routes.warmup import warm_up
+    from launch.worlds.tiny.build import VOCAB_SIZE
+    from launch.worlds.tokenizer import train_tokenizer
+
+    torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
+    t0 = time.monotonic()
+    train, val = make_splits(seed, n_val=n_val)
+    (out / "data").mkdir(parents=True)
+    write_jsonl(train, out / "data" / "train.jsonl")
+    write_jsonl(val, out / "data" / "val.jsonl")
+    rng = random.Random(seed)
+    tok = train_tokenizer([p.prompt + sample_trace(p, rng) for p in train[:2000]], out / "model",
+                          vocab_size=VOCAB_SIZE)
+    model = init_reasoning_model(len(tok), tok.eos_token_id, seed)     # the reasoning world's 4-layer Qwen2
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"[routes] tokenizer: {len(tok)} tokens; model: {n_params:,} params")
+    result = warm_up(model, tok, train, val[:CHECK_PROBLEMS], seed=seed, budgets=STAGE_BUDGETS,
+                     target_accuracy=target_accuracy, max_steps=max_warmup_steps, log=log)
+    sampled = {f"tau_{tau}": asdict(sample_stats(model, tok, val, seed=seed, temperature=tau, budgets=STAGE_BUDGETS))
+               for tau in (1.0, 0.6)}
+    model.generation_config.do_sample = True
+    model.generation_config.top_k = None
+    model.save_pretrained(out / "model", safe_serialization=True)
+    manifest = {
+        "build_version": BUILD_VERSION, "seed": seed, "n_params": n_params, "vocab_size": len(tok),
+        "n_train": len(train), "n_val": len(val), "stage_budgets": list(STAGE_BUDGETS),
+        "prompt_tokens_max": max(len(tok(p.prompt)["input_ids"]) for p in train[:2000] + val),
+        "data": _data_figures(train, tok, seed),
+        "warmup": asdict(result),
+        "sampler": "transformers generate (one sample per problem, no top-k/top-p)",
+        "sampled": sampled,
+        "build_seconds": round(time.monotonic() - t0, 1),
+        "sha256": {f: sha256_file(out / f) for f in FILES},
+    }
+    manifest = json.loads(json.dumps(manifest))          # int keys -> str, as every reader of world.json sees them
+    (out / "world.json").write_text(json.dumps(manifest, indent=2))
+    for line in summary_lines(manifest):
+        log(line)
+    return manifest
+
+
+def ensure_routes_world(seed: int = 0, cache_dir: Path | None = None, *, max_warmup_steps: int = 1200,
+                        target_accuracy: float = 0.3, n_val: int = 240, log=print) -> World:
+    """The cached world for these settings, built first (printing its figures) if needed. A small n_val
+    and max_warmup_steps make a quick build for tests."""
+    name = f"routes-world-v{BUILD_VERSION}-s{seed}-w{max_warmup_steps}-a{target_accuracy:g}-v{n_val}"
+    return ensure_world(name, lambda tmp: _build(tmp, seed, max_warmup_steps, target_accuracy, n_val, log),
+                        cache_dir, log)
