@@ -33,6 +33,7 @@ import ray
 
 from actors.config import ActorConfig
 from buffer.codec import encode_group
+from buffer.keys import entry_time
 from buffer.messages import Group, PromptMsg, Response
 
 
@@ -43,6 +44,7 @@ class _InFlight:
     prompt: PromptMsg
     version_start: int
     taken_at: float
+    trace: dict[str, float] = field(default_factory=dict)   # Group.trace so far
 
 
 @dataclass
@@ -52,6 +54,7 @@ class _Held:
     buffer: object
     entry_id: str
     prompt: PromptMsg
+    trace: dict[str, float] = field(default_factory=dict)   # issued, taken (Group.trace)
 
 
 @dataclass
@@ -111,6 +114,7 @@ class GenerationActorImpl:
         # socket): the loop thread and control calls (weights_checksum) take turns
         self._engine_lock = threading.RLock()
         self.version = 0
+        self._loaded_at = time.time()           # when the engine got self.version (trace "loaded")
         self._prefix_cache_dirty = False
         self._stop = threading.Event()
         self._in_flight: dict[str, _InFlight] = {}
@@ -172,6 +176,7 @@ class GenerationActorImpl:
     def _loaded(self, version: int) -> None:
         if version != self.version:
             self.version = version
+            self._loaded_at = time.time()
             self.stats.weight_loads += 1
             self._prefix_cache_dirty = True
         if self._prefix_cache_dirty:
@@ -261,6 +266,7 @@ class GenerationActorImpl:
         taken = [(self.eval_buffer, e, p) for e, p in self.eval_buffer.take_prompts(self.actor_id, room, 0)]
         taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(
             self.actor_id, count=room - len(taken), block_ms=self.cfg.idle_poll_ms if idle and not taken else 0)]
+        taken_at = time.time()
         for buffer, entry_id, prompt in taken:
             if len(prompt.prompt_ids) + prompt.max_tokens > self.cfg.max_model_len:   # the feeder's rule
                 buffer.reject_prompt(entry_id, self.actor_id, "prompt_too_long", detail=(
@@ -273,7 +279,7 @@ class GenerationActorImpl:
                     f"{type(self.transport).__name__} serves only the newest version: run fixed lag with "
                     "--actors.weight_transport ray"))
                 continue
-            self._held.append(_Held(buffer, entry_id, prompt))
+            self._held.append(_Held(buffer, entry_id, prompt, {"issued": entry_time(entry_id), "taken": taken_at}))
         self._start_held()
 
     def _servable(self, prompt: PromptMsg) -> bool:
@@ -292,7 +298,7 @@ class GenerationActorImpl:
                     waiting.append(h)
                     continue
                 try:
-                    self._start(h.buffer, h.entry_id, h.prompt)
+                    self._start(h.buffer, h.entry_id, h.prompt, h.trace)
                 except ValueError as exc:   # vLLM refuses the request (e.g. a token id outside the vocabulary)
                     h.buffer.reject_prompt(h.entry_id, self.actor_id, "engine_rejected",
                                            detail=f"{h.prompt.prompt_id}: {exc}"[:2000])
@@ -339,7 +345,7 @@ class GenerationActorImpl:
                 time.sleep(0.02)    # published, not loaded yet (a collective sends it shortly)
         return self.version >= at_least
 
-    def _start(self, buffer, entry_id: str, prompt: PromptMsg) -> None:
+    def _start(self, buffer, entry_id: str, prompt: PromptMsg, trace: dict[str, float]) -> None:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -350,7 +356,9 @@ class GenerationActorImpl:
         request_id = f"{prompt.prompt_id}@{self.actor_id}"
         with self._engine_lock:
             self.engine.add_request(request_id, {"prompt_token_ids": prompt.prompt_ids.tolist()}, params)
-        self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, time.time())
+        now = time.time()
+        self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, now,
+                                                {**trace, "loaded": self._loaded_at, "started": now})
 
     def _finish(self, out) -> None:
         job = self._in_flight.pop(out.request_id)
@@ -363,19 +371,23 @@ class GenerationActorImpl:
                                       version_start=job.version_start, version_end=self.version))
             self.stats.tokens_generated += len(ids)
         p = job.prompt
+        now = time.time()
         group = Group(group_id=p.prompt_id, prompt_id=p.prompt_id, data_source=p.data_source,
                       step=p.step, stage=p.stage, max_tokens=p.max_tokens, prompt_ids=p.prompt_ids, answer=p.answer,
                       responses=responses, actor_id=self.actor_id, created_at=job.taken_at,
-                      finished_at=time.time())
+                      finished_at=now, trace={**job.trace, "generated": now})
         texts = [c.text for c in out.outputs]
         future = self._pool.submit(self._score, texts, p.answer, p.data_source)
         self._scoring.append(_Scoring(job.buffer, job.entry_id, group, future))
 
-    def _score(self, texts: list[str], answer: str, data_source: str) -> list:
+    def _score(self, texts: list[str], answer: str, data_source: str) -> tuple[list, float]:
+        """(one result per text, the unix time the results came back)."""
         if self.scorer is None:   # in-process scoring (tests, single-process tools)
             from rewards.scoring import score_group
-            return score_group(texts, answer, data_source)
-        return self.scorer.score(texts, answer, data_source)
+            results = score_group(texts, answer, data_source)
+        else:
+            results = self.scorer.score(texts, answer, data_source)
+        return results, time.time()
 
     def _flush_scored(self, block: bool) -> None:
         remaining = []
@@ -384,7 +396,7 @@ class GenerationActorImpl:
                 remaining.append(job)
                 continue
             try:
-                results = job.future.result()
+                results, job.group.trace["scored"] = job.future.result()
                 if len(results) != len(job.group.responses):
                     raise ValueError(f"{len(results)} rewards for {len(job.group.responses)} responses")
             except Exception as exc:

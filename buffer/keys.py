@@ -17,6 +17,13 @@ PAYLOAD = b"data"             # the payload field of every payload-carrying stre
 FRESH = b"fresh"              # field of a group entry whose group id put_group checked to be new
 
 
+def entry_time(entry_id: str) -> float:
+    """Unix seconds (ms resolution) at which Redis appended a stream entry: its id's first part
+    (the server's clock; 0.0 for an id that is not ``<ms>-<seq>``)."""
+    ms, _, _ = entry_id.partition("-")
+    return int(ms) / 1000.0 if ms.isdigit() else 0.0
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """A stream read through one consumer group, plus its trim bookkeeping."""

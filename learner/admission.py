@@ -43,6 +43,7 @@ from learner.advantages import compute_advantages
 from learner.errors import PolicyLagError
 from learner.modes import StepMode
 from learner.prime import group_accuracy, outcome_labels, prompt_filter
+from learner.step_path import group_hops
 from learner.trainer_config import LearnerConfig
 
 Entry = tuple[str, Group]          # (stream entry id, group)
@@ -62,6 +63,8 @@ class Collected:
     stale_groups: int = 0
     skipped_done: int = 0
     filtered: int | None = None      # groups outside PRIME's accuracy band (None: no prompt filter)
+    hops: list[dict[str, float]] = field(default_factory=list)   # learner.step_path.group_hops of the step's groups
+    done_at: float = 0.0             # unix time the step had its D_R valid groups
 
     def metrics(self) -> dict[str, float]:
         out = {"groups/read": self.read, "groups/trained": len(self.entries),
@@ -129,9 +132,13 @@ class Admission:
         deadline = None if cfg.data_timeout_s is None else time.monotonic() + cfg.data_timeout_s
         while len(col.entries) < need:
             got = self._read(need - len(col.entries))
+            read_at = time.time()
             for entry_id, group in got:
                 col.read += 1
+                seen = len(col.seen)
                 self._admit(entry_id, group, col, version, step, mode)
+                if len(col.seen) > seen:         # this step's group (not a stale one): its hops
+                    col.hops.append(group_hops(entry_id, group, read_at))
             if self.on_wait is not None:
                 self.on_wait()
             if not got:
@@ -139,6 +146,7 @@ class Admission:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"step {step}: {len(col.entries)}/{need} valid groups after "
                                        f"{cfg.data_timeout_s}s ({col.read} read)")
+        col.done_at = time.time()
         self._publish_need(step, 0)
         return col
 
