@@ -228,17 +228,9 @@ class Admission:
         present = lag <= mode.max_lag       # the guard's fallback: max_lag 0, stale data dropped
         if present.all():
             return present
-        n_stale = int((~present).sum())
-        col.stale_responses += n_stale
-        self.buffer.dead_letter("learner", "stale", detail=(
-            f"group {g.group_id}: {n_stale}/{len(lag)} responses with lag > max_lag {mode.max_lag} at "
-            f"version {version} (lags {sorted(set(lag.tolist()))}); "
-            + ("trained on the rest" if present.any() else "group dropped")))
-        if present.any():
-            return present
-        col.stale_groups += 1
-        ack(self.buffer, [(entry_id, g.group_id)], "stale")
-        return None
+        return self._drop_stale(entry_id, g, present, int((~present).sum()), col, (
+            f"group {g.group_id}: {int((~present).sum())}/{len(lag)} responses with lag > max_lag {mode.max_lag} "
+            f"at version {version} (lags {sorted(set(lag.tolist()))})"))
 
     def _fixed_lag(self, entry_id: str, g: Group, lag: np.ndarray, col: Collected, version: int,
                    mode: StepMode) -> np.ndarray | None:
@@ -253,14 +245,19 @@ class Admission:
         fresh = lag == required
         if fresh.all():
             return fresh
-        n_stale = int((~fresh).sum())
-        col.stale_responses += n_stale
+        return self._drop_stale(entry_id, g, fresh, int((~fresh).sum()), col, (
+            f"group {g.group_id}: {int((~fresh).sum())}/{len(lag)} responses at lags "
+            f"{sorted(set(lag[~fresh].tolist()))} > the fixed lag {required} at version {version}"))
+
+    def _drop_stale(self, entry_id: str, g: Group, keep: np.ndarray, dropped: int, col: Collected,
+                    why: str) -> np.ndarray | None:
+        """``dropped`` responses left out of ``keep`` (N,) bool as stale: counted and dead-lettered with
+        ``why``; the rest of the group is trained (None: nothing left, the group is ACKed 'stale')."""
+        col.stale_responses += dropped
         self.buffer.dead_letter("learner", "stale", detail=(
-            f"group {g.group_id}: {n_stale}/{len(lag)} responses at lags {sorted(set(lag[~fresh].tolist()))} > "
-            f"the fixed lag {required} at version {version}; "
-            + ("trained on the rest" if fresh.any() else "group dropped")))
-        if fresh.any():
-            return fresh
+            f"{why}; " + ("trained on the rest" if keep.any() else "group dropped")))
+        if keep.any():
+            return keep
         col.stale_groups += 1
         ack(self.buffer, [(entry_id, g.group_id)], "stale")
         return None
@@ -272,18 +269,12 @@ class Admission:
         straddled = present & np.array([r.version_end != r.version_start for r in g.responses])    # (N,)
         if not straddled.any():
             return present
-        n, left = int(straddled.sum()), present & ~straddled
-        col.stale_responses += n
+        n = int(straddled.sum())
         spans = sorted({(r.version_start, r.version_end) for r, s in zip(g.responses, straddled) if s})
-        self.buffer.dead_letter("learner", "stale", detail=(
+        return self._drop_stale(entry_id, g, present & ~straddled, n, col, (
             f"group {g.group_id}: {n}/{len(straddled)} responses straddle a weight update (versions "
             f"{', '.join(f'{a}->{b}' for a, b in spans)}); this mode trains only responses sampled by "
-            "one version; " + ("trained on the rest" if left.any() else "group dropped")))
-        if left.any():
-            return left
-        col.stale_groups += 1
-        ack(self.buffer, [(entry_id, g.group_id)], "stale")
-        return None
+            "one version"))
 
     def _score(self, entry_id: str, g: Group, present: np.ndarray, col: Collected) -> None:
         """Advantages of a fresh group; zero-advantage groups are discarded or masked."""
