@@ -124,6 +124,10 @@ class GenerationActorImpl:
         self.stats = _Stats()
         self._last_beat = 0.0
         self._last_version_check = 0.0
+        self._last_version_read = time.monotonic()
+        self._took_all = False                  # the last _admit filled its room (more prompts may wait)
+        # the newest published version without a round trip, and a wake-up the moment one is published
+        self.versions = self.buffer.watch_version()
         self.transport.attach(actor_id, self.llm, keepalive=self._heartbeat)
         self.sync_weights(force=True)  # a restarted actor rejoins at the current version
 
@@ -158,7 +162,7 @@ class GenerationActorImpl:
     def sync_weights(self, force: bool = False) -> int:
         """Load what the transport has due (the buffer's version when it is newer than the engine's;
         a collective send naming this actor); returns the version the engine holds."""
-        published = self.buffer.get_version()
+        published = self._published(fresh=force)
         try:
             with self._engine_lock:
                 loaded = self.transport.poll(self.llm, self.version, published, force=force)
@@ -172,6 +176,15 @@ class GenerationActorImpl:
             return self.version
         self._loaded(loaded)
         return self.version
+
+    def _published(self, fresh: bool = False) -> tuple[int, str]:
+        """(version, location) the learner published last: the watch's copy, re-read from Redis every
+        second as well (the watch thread may be between reconnects after a Redis restart)."""
+        now = time.monotonic()
+        if fresh or now - self._last_version_read > 1.0:
+            self._last_version_read = now
+            return self.versions.refresh()
+        return self.versions.latest()
 
     def _loaded(self, version: int) -> None:
         if version != self.version:
@@ -222,6 +235,7 @@ class GenerationActorImpl:
                     os._exit(1)
                 time.sleep(1.0)
         self._drain()
+        self.versions.stop()
         self._heartbeat(force=True)
         self._close_engine()
         return self.status()
@@ -238,7 +252,10 @@ class GenerationActorImpl:
 
     def _iteration(self) -> None:
         now = time.monotonic()
-        due = now - self._last_version_check > 0.05 or not self._in_flight or not self.transport.consistent
+        # a newer version (the watch saw it: no round trip), the transport's own cadence (a collective
+        # send names this actor), or nothing running: look now
+        due = (self._published()[0] > self.version or now - self._last_version_check > 0.05
+               or not self._in_flight or not self.transport.consistent)
         if due and not self._pinned_busy():      # pinned prompts choose the weights (module docstring)
             self._last_version_check = now
             self.sync_weights()
@@ -246,6 +263,9 @@ class GenerationActorImpl:
             self._heartbeat()
             time.sleep(0.05)
             return
+        idle = not self._in_flight and not self._scoring
+        # taken before the reads: a prompt or version that arrives after this wakes the wait below
+        tails = self._work_tails() if idle else None
         self._admit()
         if self.engine.has_unfinished_requests():
             with self._engine_lock:
@@ -255,18 +275,57 @@ class GenerationActorImpl:
                     self._finish(out)
         self._flush_scored(block=False)
         self._heartbeat()
+        if not self._in_flight:
+            self._wait_for_work(tails)
+
+    def _work_tails(self) -> dict[str, bytes]:
+        """The tails of what can give an idle actor work: both prompt streams and the version history."""
+        from buffer.wake import stream_tails
+
+        return stream_tails(self.buffer.client, [self.buffer.keys.prompts, self.eval_buffer.keys.prompts,
+                                                 self.buffer.keys.versions])
+
+    def _wait_for_work(self, tails: dict[str, bytes] | None) -> None:
+        """Nothing in the engine: block until there may be something to do, instead of spinning.
+
+        Groups being scored: until one is scored (or a short while: a prompt may arrive meanwhile).
+        Idle: until a prompt or a version is appended after ``tails`` (``buffer.wake``), at most
+        ``idle_poll_ms`` (a dead actor's prompts become reclaimable without an append). A version
+        published but not loaded yet (a collective send not yet here) is retried within 20 ms."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        from buffer.wake import wait_for_entries
+
+        if self._stop.is_set():
+            return
+        if self._scoring:
+            wait([job.future for job in self._scoring], timeout=0.01, return_when=FIRST_COMPLETED)
+            return
+        if tails is None:
+            return
+        due = self._published()[0] > self.version and not self._pinned_busy()
+        if self._took_all or any(self._servable(h.prompt) for h in self._held):
+            return
+        wait_for_entries(self.buffer.client, tails, 20 if due else self.cfg.idle_poll_ms)
 
     def _admit(self) -> None:
         self._start_held()
-        room = self.cfg.max_prompts_in_flight - len(self._in_flight) - len(self._scoring) - len(self._held)
+        busy = len(self._in_flight) + len(self._scoring)
+        room = self.cfg.max_prompts_in_flight - busy - len(self._held)
+        if room <= 0 and not busy:
+            # only prompts held for a version not yet published: keep reading, a prompt servable now (a
+            # replacement for the current step) may be queued behind them; else the step never completes
+            room = self.cfg.max_prompts_in_flight
+        self._took_all = False
         if room <= 0:
             return
-        idle = not self._in_flight and not self._scoring and not self._held
-        # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver), never blocking.
+        # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver). Never blocking:
+        # an idle actor waits for any new prompt or version afterwards (_wait_for_work).
         taken = [(self.eval_buffer, e, p) for e, p in self.eval_buffer.take_prompts(self.actor_id, room, 0)]
-        taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(
-            self.actor_id, count=room - len(taken), block_ms=self.cfg.idle_poll_ms if idle and not taken else 0)]
+        taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(self.actor_id, count=room - len(taken),
+                                                                             block_ms=0)]
         taken_at = time.time()
+        self._took_all = len(taken) >= room           # more may be queued: read again before waiting
         for buffer, entry_id, prompt in taken:
             if len(prompt.prompt_ids) + prompt.max_tokens > self.cfg.max_model_len:   # the feeder's rule
                 buffer.reject_prompt(entry_id, self.actor_id, "prompt_too_long", detail=(
@@ -311,7 +370,9 @@ class GenerationActorImpl:
             target = _target(first)
             if not self._may_load(target):
                 return                       # e.g. a pinned request runs: its weights stay until it finished
-            moved = self.load_version(target) if first.pin_version is not None else self._wait_for_version(target)
+            # pinned: load that (older) version; else the published one, if it is new enough (no wait:
+            # a prompt may be issued before its version is published, and held until it is)
+            moved = self.load_version(target) if first.pin_version is not None else self.sync_weights() >= target
             if not moved and first.pin_version is not None and self._drop_if_gone(target):
                 continue
             if not moved or self._stop.is_set():
@@ -336,14 +397,6 @@ class GenerationActorImpl:
         """Weights of ``version`` may replace the engine's now: no pinned request runs (its responses
         must come from one version) and none in flight asked for a newer version than that."""
         return all(j.prompt.pin_version is None and j.prompt.min_version <= version for j in self._in_flight.values())
-
-    def _wait_for_version(self, at_least: int) -> bool:
-        """The feeder only releases a prompt once its version is published, so this is short."""
-        while self.sync_weights() < at_least and not self._stop.is_set():
-            self._heartbeat()
-            if self.buffer.wait_for_version(at_least, timeout_s=1.0) >= at_least:
-                time.sleep(0.02)    # published, not loaded yet (a collective sends it shortly)
-        return self.version >= at_least
 
     def _start(self, buffer, entry_id: str, prompt: PromptMsg, trace: dict[str, float]) -> None:
         from vllm import SamplingParams

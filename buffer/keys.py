@@ -74,6 +74,10 @@ class RunKeys:
         return self._k("versions")
 
     @property
+    def signals(self) -> str:      # stream (capped): wake-ups, e.g. the learner's need for the feeder
+        return self._k("signals")
+
+    @property
     def actors(self) -> str:       # hash: actor_id -> msgpack heartbeat
         return self._k("actors")
 
@@ -103,7 +107,7 @@ class RunKeys:
 
     def all(self) -> list[str]:
         """Every key of the run (for deleting a run)."""
-        return [self.prompts, self.groups, self.metrics, self.deadletter, self.version, self.versions,
+        return [self.prompts, self.groups, self.metrics, self.deadletter, self.version, self.versions, self.signals,
                 self.actors, self.meta, self.consumed, self.fresh, self.counters, self.prompt_stream.acked,
                 self.group_stream.acked]
 

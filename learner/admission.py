@@ -63,7 +63,8 @@ class Collected:
     stale_groups: int = 0
     skipped_done: int = 0
     filtered: int | None = None      # groups outside PRIME's accuracy band (None: no prompt filter)
-    hops: list[dict[str, float]] = field(default_factory=list)   # learner.step_path.group_hops of the step's groups
+    lost: int = 0                    # groups read for this step and not usable (the feeder replaces them)
+    hops: list[dict[str, float]] = field(default_factory=list)   # learner.step_path.group_hops of each seen group
     done_at: float = 0.0             # unix time the step had its D_R valid groups
 
     def metrics(self) -> dict[str, float]:
@@ -132,22 +133,27 @@ class Admission:
         deadline = None if cfg.data_timeout_s is None else time.monotonic() + cfg.data_timeout_s
         while len(col.entries) < need:
             got = self._read(need - len(col.entries))
-            read_at = time.time()
+            read_at, lost = time.time(), col.lost
             for entry_id, group in got:
                 col.read += 1
-                seen = len(col.seen)
+                before = (len(col.seen), len(col.entries), len(self._deferred), col.skipped_done)
                 self._admit(entry_id, group, col, version, step, mode)
-                if len(col.seen) > seen:         # this step's group (not a stale one): its hops
+                if len(col.seen) > before[0]:    # this step's group (not a stale one): its hops
                     col.hops.append(group_hops(entry_id, group, read_at))
+                unused = (len(col.entries), len(self._deferred), col.skipped_done) == before[1:]
+                if unused and (group.step >= step or not (mode.strict or mode.pinned)):
+                    col.lost += 1                # the feeder replaces it (the step's own, in a per-step mode)
             if self.on_wait is not None:
                 self.on_wait()
+            if col.lost > lost:
+                self._publish_need(step, need - len(col.entries), col.lost)
             if not got:
-                self._publish_need(step, need - len(col.entries))
+                self._publish_need(step, need - len(col.entries), col.lost)
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"step {step}: {len(col.entries)}/{need} valid groups after "
                                        f"{cfg.data_timeout_s}s ({col.read} read)")
         col.done_at = time.time()
-        self._publish_need(step, 0)
+        self._publish_need(step, 0, col.lost)
         return col
 
     def _release_deferred(self, version: int) -> None:
@@ -160,11 +166,12 @@ class Admission:
             return [self._backlog.popleft() for _ in range(min(need, len(self._backlog)))]
         return self.buffer.take_groups(self.cfg.consumer, need, self.cfg.block_ms)
 
-    def _publish_need(self, step: int, groups: int) -> None:
-        """Tell the feeder how many valid groups this step still lacks (``learner_need`` in the run's
-        meta hash), so dynamic sampling tops up what is missing, not a fixed D_R/2 that ends up stale.
-        Re-published on every empty read: the feeder only trusts a hint newer than its last answer."""
-        self.buffer.set_meta(learner_need={"step": step, "groups": groups, "time": time.time()})
+    def _publish_need(self, step: int, groups: int, lost: int) -> None:
+        """Tell the feeder how many valid groups this step still lacks and how many it read and could
+        not use (``learner_need`` in the run's meta hash, with a wake-up: ``RunBuffer.announce_meta``):
+        the feeder replaces each lost group at once (``launch.run.feeder``). Re-published on every empty
+        read: for a shortfall nobody reported lost, the feeder trusts only a hint newer than its last answer."""
+        self.buffer.announce_meta(learner_need={"step": step, "groups": groups, "lost": lost, "time": time.time()})
 
     def _admit(self, entry_id: str, g: Group, col: Collected, version: int, step: int, mode: StepMode) -> None:
         if self._already_trained(entry_id, g, col):
