@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +35,7 @@ from actors.config import ActorConfig
 from buffer.codec import encode_group
 from buffer.keys import entry_time
 from buffer.messages import Group, PromptMsg, Response
+from buffer.wake import stream_tails, wait_for_entries
 
 
 @dataclass
@@ -280,8 +281,6 @@ class GenerationActorImpl:
 
     def _work_tails(self) -> dict[str, bytes]:
         """The tails of what can give an idle actor work: both prompt streams and the version history."""
-        from buffer.wake import stream_tails
-
         return stream_tails(self.buffer.client, [self.buffer.keys.prompts, self.eval_buffer.keys.prompts,
                                                  self.buffer.keys.versions])
 
@@ -292,10 +291,6 @@ class GenerationActorImpl:
         Idle: until a prompt or a version is appended after ``tails`` (``buffer.wake``), at most
         ``idle_poll_ms`` (a dead actor's prompts become reclaimable without an append). A version
         published but not loaded yet (a collective send not yet here) is retried within 20 ms."""
-        from concurrent.futures import FIRST_COMPLETED, wait
-
-        from buffer.wake import wait_for_entries
-
         if self._stop.is_set():
             return
         if self._scoring:

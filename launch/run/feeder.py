@@ -34,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from buffer.messages import PromptMsg
+from buffer.wake import stream_tails, wait_for_entries
 from buffer.versions import StepClock
 from launch.run.data import PromptRenderer
 from rewards.problems import Problem
@@ -191,8 +192,6 @@ class PromptFeeder:
         return self
 
     def _loop(self) -> None:
-        from buffer.wake import stream_tails, wait_for_entries
-
         keys = [self.buffer.keys.versions, self.buffer.keys.signals]
         while not self._stop.is_set():
             try:
