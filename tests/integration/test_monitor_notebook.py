@@ -24,6 +24,7 @@ import pytest
 from buffer.messages import Group, Response
 from buffer.server import EmbeddedRedis
 from buffer.streams import RunBuffer
+from tests.integration.harness import MONITOR_PNGS as PNGS
 from tests.integration.harness import png_count, run_notebook
 
 pytestmark = pytest.mark.integration
@@ -31,7 +32,6 @@ pytestmark = pytest.mark.integration
 RUN_ID = "tiny-monitor-test"
 FIGURES = ("entropy", "reward", "length", "clip", "lag_hist", "lag", "lagbucket_entropy", "lagbucket_clip",
            "lagbucket_ratio", "lagbucket_kl", "actors", "trained", "step_path", "samples")
-PNGS = 6                     # figures the notebook draws (one per show() call)
 
 
 def _metrics_row(step: int, rng: np.random.Generator) -> dict:
