@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +33,9 @@ import ray
 
 from actors.config import ActorConfig
 from buffer.codec import encode_group
+from buffer.keys import entry_time
 from buffer.messages import Group, PromptMsg, Response
+from buffer.wake import stream_tails, wait_for_entries
 
 
 @dataclass
@@ -43,6 +45,7 @@ class _InFlight:
     prompt: PromptMsg
     version_start: int
     taken_at: float
+    trace: dict[str, float] = field(default_factory=dict)   # Group.trace so far
 
 
 @dataclass
@@ -52,6 +55,7 @@ class _Held:
     buffer: object
     entry_id: str
     prompt: PromptMsg
+    trace: dict[str, float] = field(default_factory=dict)   # issued, taken (Group.trace)
 
 
 @dataclass
@@ -111,6 +115,7 @@ class GenerationActorImpl:
         # socket): the loop thread and control calls (weights_checksum) take turns
         self._engine_lock = threading.RLock()
         self.version = 0
+        self._loaded_at = time.time()           # when the engine got self.version (trace "loaded")
         self._prefix_cache_dirty = False
         self._stop = threading.Event()
         self._in_flight: dict[str, _InFlight] = {}
@@ -120,6 +125,10 @@ class GenerationActorImpl:
         self.stats = _Stats()
         self._last_beat = 0.0
         self._last_version_check = 0.0
+        self._last_version_read = time.monotonic()
+        self._took_all = False                  # the last _admit filled its room (more prompts may wait)
+        # the newest published version without a round trip, and a wake-up the moment one is published
+        self.versions = self.buffer.watch_version()
         self.transport.attach(actor_id, self.llm, keepalive=self._heartbeat)
         self.sync_weights(force=True)  # a restarted actor rejoins at the current version
 
@@ -154,7 +163,7 @@ class GenerationActorImpl:
     def sync_weights(self, force: bool = False) -> int:
         """Load what the transport has due (the buffer's version when it is newer than the engine's;
         a collective send naming this actor); returns the version the engine holds."""
-        published = self.buffer.get_version()
+        published = self._published(fresh=force)
         try:
             with self._engine_lock:
                 loaded = self.transport.poll(self.llm, self.version, published, force=force)
@@ -169,9 +178,19 @@ class GenerationActorImpl:
         self._loaded(loaded)
         return self.version
 
+    def _published(self, fresh: bool = False) -> tuple[int, str]:
+        """(version, location) the learner published last: the watch's copy, re-read from Redis every
+        second as well (the watch thread may be between reconnects after a Redis restart)."""
+        now = time.monotonic()
+        if fresh or now - self._last_version_read > 1.0:
+            self._last_version_read = now
+            return self.versions.refresh()
+        return self.versions.latest()
+
     def _loaded(self, version: int) -> None:
         if version != self.version:
             self.version = version
+            self._loaded_at = time.time()
             self.stats.weight_loads += 1
             self._prefix_cache_dirty = True
         if self._prefix_cache_dirty:
@@ -217,6 +236,7 @@ class GenerationActorImpl:
                     os._exit(1)
                 time.sleep(1.0)
         self._drain()
+        self.versions.stop()
         self._heartbeat(force=True)
         self._close_engine()
         return self.status()
@@ -233,7 +253,10 @@ class GenerationActorImpl:
 
     def _iteration(self) -> None:
         now = time.monotonic()
-        due = now - self._last_version_check > 0.05 or not self._in_flight or not self.transport.consistent
+        # a newer version (the watch saw it: no round trip), the transport's own cadence (a collective
+        # send names this actor), or nothing running: look now
+        due = (self._published()[0] > self.version or now - self._last_version_check > 0.05
+               or not self._in_flight or not self.transport.consistent)
         if due and not self._pinned_busy():      # pinned prompts choose the weights (module docstring)
             self._last_version_check = now
             self.sync_weights()
@@ -241,6 +264,9 @@ class GenerationActorImpl:
             self._heartbeat()
             time.sleep(0.05)
             return
+        idle = not self._in_flight and not self._scoring
+        # taken before the reads: a prompt or version that arrives after this wakes the wait below
+        tails = self._work_tails() if idle else None
         self._admit()
         if self.engine.has_unfinished_requests():
             with self._engine_lock:
@@ -250,17 +276,51 @@ class GenerationActorImpl:
                     self._finish(out)
         self._flush_scored(block=False)
         self._heartbeat()
+        if not self._in_flight:
+            self._wait_for_work(tails)
+
+    def _work_tails(self) -> dict[str, bytes]:
+        """The tails of what can give an idle actor work: both prompt streams and the version history."""
+        return stream_tails(self.buffer.client, [self.buffer.keys.prompts, self.eval_buffer.keys.prompts,
+                                                 self.buffer.keys.versions])
+
+    def _wait_for_work(self, tails: dict[str, bytes] | None) -> None:
+        """Nothing in the engine: block until there may be something to do, instead of spinning.
+
+        Groups being scored: until one is scored (or a short while: a prompt may arrive meanwhile).
+        Idle: until a prompt or a version is appended after ``tails`` (``buffer.wake``), at most
+        ``idle_poll_ms`` (a dead actor's prompts become reclaimable without an append). A version
+        published but not loaded yet (a collective send not yet here) is retried within 20 ms."""
+        if self._stop.is_set():
+            return
+        if self._scoring:
+            wait([job.future for job in self._scoring], timeout=0.01, return_when=FIRST_COMPLETED)
+            return
+        if tails is None:
+            return
+        due = self._published()[0] > self.version and not self._pinned_busy()
+        if self._took_all or any(self._servable(h.prompt) for h in self._held):
+            return
+        wait_for_entries(self.buffer.client, tails, 20 if due else self.cfg.idle_poll_ms)
 
     def _admit(self) -> None:
         self._start_held()
-        room = self.cfg.max_prompts_in_flight - len(self._in_flight) - len(self._scoring) - len(self._held)
+        busy = len(self._in_flight) + len(self._scoring)
+        room = self.cfg.max_prompts_in_flight - busy - len(self._held)
+        if room <= 0 and not busy:
+            # only prompts held for a version not yet published: keep reading, a prompt servable now (a
+            # replacement for the current step) may be queued behind them; else the step never completes
+            room = self.cfg.max_prompts_in_flight
+        self._took_all = False
         if room <= 0:
             return
-        idle = not self._in_flight and not self._scoring and not self._held
-        # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver), never blocking.
+        # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver). Never blocking:
+        # an idle actor waits for any new prompt or version afterwards (_wait_for_work).
         taken = [(self.eval_buffer, e, p) for e, p in self.eval_buffer.take_prompts(self.actor_id, room, 0)]
-        taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(
-            self.actor_id, count=room - len(taken), block_ms=self.cfg.idle_poll_ms if idle and not taken else 0)]
+        taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(self.actor_id, count=room - len(taken),
+                                                                             block_ms=0)]
+        taken_at = time.time()
+        self._took_all = len(taken) >= room           # more may be queued: read again before waiting
         for buffer, entry_id, prompt in taken:
             if len(prompt.prompt_ids) + prompt.max_tokens > self.cfg.max_model_len:   # the feeder's rule
                 buffer.reject_prompt(entry_id, self.actor_id, "prompt_too_long", detail=(
@@ -273,7 +333,7 @@ class GenerationActorImpl:
                     f"{type(self.transport).__name__} serves only the newest version: run fixed lag with "
                     "--actors.weight_transport ray"))
                 continue
-            self._held.append(_Held(buffer, entry_id, prompt))
+            self._held.append(_Held(buffer, entry_id, prompt, {"issued": entry_time(entry_id), "taken": taken_at}))
         self._start_held()
 
     def _servable(self, prompt: PromptMsg) -> bool:
@@ -292,7 +352,7 @@ class GenerationActorImpl:
                     waiting.append(h)
                     continue
                 try:
-                    self._start(h.buffer, h.entry_id, h.prompt)
+                    self._start(h.buffer, h.entry_id, h.prompt, h.trace)
                 except ValueError as exc:   # vLLM refuses the request (e.g. a token id outside the vocabulary)
                     h.buffer.reject_prompt(h.entry_id, self.actor_id, "engine_rejected",
                                            detail=f"{h.prompt.prompt_id}: {exc}"[:2000])
@@ -305,7 +365,9 @@ class GenerationActorImpl:
             target = _target(first)
             if not self._may_load(target):
                 return                       # e.g. a pinned request runs: its weights stay until it finished
-            moved = self.load_version(target) if first.pin_version is not None else self._wait_for_version(target)
+            # pinned: load that (older) version; else the published one, if it is new enough (no wait:
+            # a prompt may be issued before its version is published, and held until it is)
+            moved = self.load_version(target) if first.pin_version is not None else self.sync_weights() >= target
             if not moved and first.pin_version is not None and self._drop_if_gone(target):
                 continue
             if not moved or self._stop.is_set():
@@ -331,15 +393,7 @@ class GenerationActorImpl:
         must come from one version) and none in flight asked for a newer version than that."""
         return all(j.prompt.pin_version is None and j.prompt.min_version <= version for j in self._in_flight.values())
 
-    def _wait_for_version(self, at_least: int) -> bool:
-        """The feeder only releases a prompt once its version is published, so this is short."""
-        while self.sync_weights() < at_least and not self._stop.is_set():
-            self._heartbeat()
-            if self.buffer.wait_for_version(at_least, timeout_s=1.0) >= at_least:
-                time.sleep(0.02)    # published, not loaded yet (a collective sends it shortly)
-        return self.version >= at_least
-
-    def _start(self, buffer, entry_id: str, prompt: PromptMsg) -> None:
+    def _start(self, buffer, entry_id: str, prompt: PromptMsg, trace: dict[str, float]) -> None:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -350,7 +404,9 @@ class GenerationActorImpl:
         request_id = f"{prompt.prompt_id}@{self.actor_id}"
         with self._engine_lock:
             self.engine.add_request(request_id, {"prompt_token_ids": prompt.prompt_ids.tolist()}, params)
-        self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, time.time())
+        now = time.time()
+        self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, now,
+                                                {**trace, "loaded": self._loaded_at, "started": now})
 
     def _finish(self, out) -> None:
         job = self._in_flight.pop(out.request_id)
@@ -363,19 +419,23 @@ class GenerationActorImpl:
                                       version_start=job.version_start, version_end=self.version))
             self.stats.tokens_generated += len(ids)
         p = job.prompt
+        now = time.time()
         group = Group(group_id=p.prompt_id, prompt_id=p.prompt_id, data_source=p.data_source,
                       step=p.step, stage=p.stage, max_tokens=p.max_tokens, prompt_ids=p.prompt_ids, answer=p.answer,
                       responses=responses, actor_id=self.actor_id, created_at=job.taken_at,
-                      finished_at=time.time())
+                      finished_at=now, trace={**job.trace, "generated": now})
         texts = [c.text for c in out.outputs]
         future = self._pool.submit(self._score, texts, p.answer, p.data_source)
         self._scoring.append(_Scoring(job.buffer, job.entry_id, group, future))
 
-    def _score(self, texts: list[str], answer: str, data_source: str) -> list:
+    def _score(self, texts: list[str], answer: str, data_source: str) -> tuple[list, float]:
+        """(one result per text, the unix time the results came back)."""
         if self.scorer is None:   # in-process scoring (tests, single-process tools)
             from rewards.scoring import score_group
-            return score_group(texts, answer, data_source)
-        return self.scorer.score(texts, answer, data_source)
+            results = score_group(texts, answer, data_source)
+        else:
+            results = self.scorer.score(texts, answer, data_source)
+        return results, time.time()
 
     def _flush_scored(self, block: bool) -> None:
         remaining = []
@@ -384,7 +444,7 @@ class GenerationActorImpl:
                 remaining.append(job)
                 continue
             try:
-                results = job.future.result()
+                results, job.group.trace["scored"] = job.future.result()
                 if len(results) != len(job.group.responses):
                     raise ValueError(f"{len(results)} rewards for {len(job.group.responses)} responses")
             except Exception as exc:

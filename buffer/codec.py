@@ -101,6 +101,7 @@ def _group_header(g: Group, lengths: list[int]) -> dict[str, Any]:
         "finish_reason": [r.finish_reason for r in rs], "version_start": [r.version_start for r in rs],
         "version_end": [r.version_end for r in rs], "reward": [float(r.reward) for r in rs],
         "reward_info": [r.reward_info for r in rs],
+        **({"trace": g.trace} if g.trace else {}),     # absent = not recorded (older writers)
     }
 
 
@@ -370,8 +371,24 @@ def _group(msg: dict, responses: list[Response]) -> Group:
         answer=_field(msg, "answer", str), actor_id=_field(msg, "actor_id", str),
         created_at=float(_field(msg, "created_at", (float, int))),
         finished_at=float(_field(msg, "finished_at", (float, int))),
-        responses=responses,
+        responses=responses, trace=_trace(msg),
     )
+
+
+def _trace(msg: dict) -> dict[str, float]:
+    """Optional hop times (``messages.TRACE_HOPS``; a newer writer's extra hops are kept too): at most
+    32 string keys with finite numbers."""
+    if "trace" not in msg:
+        return {}
+    trace = _field(msg, "trace", dict)
+    if len(trace) > 32:
+        raise InvalidMessage("bad_field", f"trace has {len(trace)} hops (at most 32)")
+    out = {}
+    for hop, value in trace.items():
+        if type(hop) is not str or type(value) not in (float, int) or not math.isfinite(value):
+            raise InvalidMessage("bad_field", f"trace[{hop!r:.40}]={value!r:.40} is not a hop name with a finite time")
+        out[hop] = float(value)
+    return out
 
 
 def _max_tokens(msg: dict) -> int:

@@ -17,6 +17,13 @@ PAYLOAD = b"data"             # the payload field of every payload-carrying stre
 FRESH = b"fresh"              # field of a group entry whose group id put_group checked to be new
 
 
+def entry_time(entry_id: str) -> float:
+    """Unix seconds (ms resolution) at which Redis appended a stream entry: its id's first part
+    (the server's clock; 0.0 for an id that is not ``<ms>-<seq>``)."""
+    ms, _, _ = entry_id.partition("-")
+    return int(ms) / 1000.0 if ms.isdigit() else 0.0
+
+
 @dataclass(frozen=True)
 class StreamSpec:
     """A stream read through one consumer group, plus its trim bookkeeping."""
@@ -67,6 +74,10 @@ class RunKeys:
         return self._k("versions")
 
     @property
+    def signals(self) -> str:      # stream (capped): wake-ups, e.g. the learner's need for the feeder
+        return self._k("signals")
+
+    @property
     def actors(self) -> str:       # hash: actor_id -> msgpack heartbeat
         return self._k("actors")
 
@@ -96,7 +107,7 @@ class RunKeys:
 
     def all(self) -> list[str]:
         """Every key of the run (for deleting a run)."""
-        return [self.prompts, self.groups, self.metrics, self.deadletter, self.version, self.versions,
+        return [self.prompts, self.groups, self.metrics, self.deadletter, self.version, self.versions, self.signals,
                 self.actors, self.meta, self.consumed, self.fresh, self.counters, self.prompt_stream.acked,
                 self.group_stream.acked]
 

@@ -62,6 +62,13 @@ class Response:
         return self.finish_reason == "length"
 
 
+# The hops a group's ``trace`` may record, in the order they happen (unix seconds):
+# issued (its prompt entered the prompts stream), taken (an actor read it), loaded (that actor's
+# engine got the weights the group started with), started (request added to the engine),
+# generated (its last response finished), scored (its rewards came back).
+TRACE_HOPS = ("issued", "taken", "loaded", "started", "generated", "scored")
+
+
 @dataclass
 class Group:
     """All responses to one prompt (the ``groups`` stream); the learner's unit of data."""
@@ -78,6 +85,9 @@ class Group:
     max_tokens: int = 0       # the response budget it was sampled with (its prompt's); 0 = not recorded
     created_at: float = 0.0   # when the prompt was taken
     finished_at: float = 0.0  # when the last response finished
+    # unix times of the group's hops through the loop (``buffer.messages.TRACE_HOPS``); the learner
+    # turns them into the step's critical path (``learner.step_path``). Empty: not recorded.
+    trace: dict[str, float] = field(default_factory=dict)
 
     @property
     def rewards(self) -> np.ndarray:

@@ -28,7 +28,7 @@ from buffer.messages import Group, PromptMsg
 from buffer.prompts import PromptChannel
 from buffer.scripts import Scripts
 from buffer.telemetry import Telemetry
-from buffer.versions import VersionStore
+from buffer.versions import VersionStore, VersionWatch
 
 
 class RunBuffer:
@@ -144,6 +144,10 @@ class RunBuffer:
     def wait_for_version(self, at_least: int, timeout_s: float) -> int:
         return self._versions.wait(at_least, timeout_s)
 
+    def watch_version(self) -> VersionWatch:
+        """A thread that keeps the newest (version, location) current (``buffer.versions.VersionWatch``)."""
+        return VersionWatch(self._versions)
+
     # ---- dead letters, metrics, heartbeats, meta
     def dead_letter(self, source: str, reason: str, raw: bytes | None = None, detail: str = "") -> None:
         self._deadletters.record(source, reason, raw, detail)
@@ -159,6 +163,10 @@ class RunBuffer:
 
     def set_meta(self, **fields) -> None:
         self._telemetry.set_meta(**fields)
+
+    def announce_meta(self, **fields) -> None:
+        """``set_meta`` plus a wake-up on the run's signals stream (``keys.signals``)."""
+        self._telemetry.announce_meta(**fields)
 
     def get_meta(self, *fields: str) -> dict:
         return self._telemetry.get_meta(*fields)

@@ -38,6 +38,14 @@ class Telemetry:
         if fields:
             self.client.hset(self.keys.meta, mapping={k: json.dumps(v, default=str) for k, v in fields.items()})
 
+    def announce_meta(self, **fields: Any) -> None:
+        """:meth:`set_meta`, and an entry on the run's signals stream (capped) naming the fields, in one
+        round trip: whoever blocks on that stream (the feeder) reads them at once, not at its next poll."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.keys.meta, mapping={k: json.dumps(v, default=str) for k, v in fields.items()})
+        pipe.xadd(self.keys.signals, {b"fields": ",".join(fields)}, maxlen=100, approximate=True)
+        pipe.execute()
+
     def get_meta(self, *fields: str) -> dict:
         """The whole meta hash, or only ``fields`` (absent ones are left out)."""
         if not fields:

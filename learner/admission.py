@@ -43,6 +43,7 @@ from learner.advantages import compute_advantages
 from learner.errors import PolicyLagError
 from learner.modes import StepMode
 from learner.prime import group_accuracy, outcome_labels, prompt_filter
+from learner.step_path import group_hops
 from learner.trainer_config import LearnerConfig
 
 Entry = tuple[str, Group]          # (stream entry id, group)
@@ -62,6 +63,9 @@ class Collected:
     stale_groups: int = 0
     skipped_done: int = 0
     filtered: int | None = None      # groups outside PRIME's accuracy band (None: no prompt filter)
+    lost: int = 0                    # groups read for this step and not usable (the feeder replaces them)
+    hops: list[dict[str, float]] = field(default_factory=list)   # learner.step_path.group_hops of each seen group
+    done_at: float = 0.0             # unix time the step had its D_R valid groups
 
     def metrics(self) -> dict[str, float]:
         out = {"groups/read": self.read, "groups/trained": len(self.entries),
@@ -129,17 +133,27 @@ class Admission:
         deadline = None if cfg.data_timeout_s is None else time.monotonic() + cfg.data_timeout_s
         while len(col.entries) < need:
             got = self._read(need - len(col.entries))
+            read_at, lost = time.time(), col.lost
             for entry_id, group in got:
                 col.read += 1
+                before = (len(col.seen), len(col.entries), len(self._deferred), col.skipped_done)
                 self._admit(entry_id, group, col, version, step, mode)
+                if len(col.seen) > before[0]:    # this step's group (not a stale one): its hops
+                    col.hops.append(group_hops(entry_id, group, read_at))
+                unused = (len(col.entries), len(self._deferred), col.skipped_done) == before[1:]
+                if unused and (group.step >= step or not (mode.strict or mode.pinned)):
+                    col.lost += 1                # the feeder replaces it (the step's own, in a per-step mode)
             if self.on_wait is not None:
                 self.on_wait()
+            if col.lost > lost:
+                self._publish_need(step, need - len(col.entries), col.lost)
             if not got:
-                self._publish_need(step, need - len(col.entries))
+                self._publish_need(step, need - len(col.entries), col.lost)
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"step {step}: {len(col.entries)}/{need} valid groups after "
                                        f"{cfg.data_timeout_s}s ({col.read} read)")
-        self._publish_need(step, 0)
+        col.done_at = time.time()
+        self._publish_need(step, 0, col.lost)
         return col
 
     def _release_deferred(self, version: int) -> None:
@@ -152,11 +166,12 @@ class Admission:
             return [self._backlog.popleft() for _ in range(min(need, len(self._backlog)))]
         return self.buffer.take_groups(self.cfg.consumer, need, self.cfg.block_ms)
 
-    def _publish_need(self, step: int, groups: int) -> None:
-        """Tell the feeder how many valid groups this step still lacks (``learner_need`` in the run's
-        meta hash), so dynamic sampling tops up what is missing, not a fixed D_R/2 that ends up stale.
-        Re-published on every empty read: the feeder only trusts a hint newer than its last answer."""
-        self.buffer.set_meta(learner_need={"step": step, "groups": groups, "time": time.time()})
+    def _publish_need(self, step: int, groups: int, lost: int) -> None:
+        """Tell the feeder how many valid groups this step still lacks and how many it read and could
+        not use (``learner_need`` in the run's meta hash, with a wake-up: ``RunBuffer.announce_meta``):
+        the feeder replaces each lost group at once (``launch.run.feeder``). Re-published on every empty
+        read: for a shortfall nobody reported lost, the feeder trusts only a hint newer than its last answer."""
+        self.buffer.announce_meta(learner_need={"step": step, "groups": groups, "lost": lost, "time": time.time()})
 
     def _admit(self, entry_id: str, g: Group, col: Collected, version: int, step: int, mode: StepMode) -> None:
         if self._already_trained(entry_id, g, col):
@@ -220,17 +235,9 @@ class Admission:
         present = lag <= mode.max_lag       # the guard's fallback: max_lag 0, stale data dropped
         if present.all():
             return present
-        n_stale = int((~present).sum())
-        col.stale_responses += n_stale
-        self.buffer.dead_letter("learner", "stale", detail=(
-            f"group {g.group_id}: {n_stale}/{len(lag)} responses with lag > max_lag {mode.max_lag} at "
-            f"version {version} (lags {sorted(set(lag.tolist()))}); "
-            + ("trained on the rest" if present.any() else "group dropped")))
-        if present.any():
-            return present
-        col.stale_groups += 1
-        ack(self.buffer, [(entry_id, g.group_id)], "stale")
-        return None
+        return self._drop_stale(entry_id, g, present, int((~present).sum()), col, (
+            f"group {g.group_id}: {int((~present).sum())}/{len(lag)} responses with lag > max_lag {mode.max_lag} "
+            f"at version {version} (lags {sorted(set(lag.tolist()))})"))
 
     def _fixed_lag(self, entry_id: str, g: Group, lag: np.ndarray, col: Collected, version: int,
                    mode: StepMode) -> np.ndarray | None:
@@ -245,14 +252,19 @@ class Admission:
         fresh = lag == required
         if fresh.all():
             return fresh
-        n_stale = int((~fresh).sum())
-        col.stale_responses += n_stale
+        return self._drop_stale(entry_id, g, fresh, int((~fresh).sum()), col, (
+            f"group {g.group_id}: {int((~fresh).sum())}/{len(lag)} responses at lags "
+            f"{sorted(set(lag[~fresh].tolist()))} > the fixed lag {required} at version {version}"))
+
+    def _drop_stale(self, entry_id: str, g: Group, keep: np.ndarray, dropped: int, col: Collected,
+                    why: str) -> np.ndarray | None:
+        """``dropped`` responses left out of ``keep`` (N,) bool as stale: counted and dead-lettered with
+        ``why``; the rest of the group is trained (None: nothing left, the group is ACKed 'stale')."""
+        col.stale_responses += dropped
         self.buffer.dead_letter("learner", "stale", detail=(
-            f"group {g.group_id}: {n_stale}/{len(lag)} responses at lags {sorted(set(lag[~fresh].tolist()))} > "
-            f"the fixed lag {required} at version {version}; "
-            + ("trained on the rest" if fresh.any() else "group dropped")))
-        if fresh.any():
-            return fresh
+            f"{why}; " + ("trained on the rest" if keep.any() else "group dropped")))
+        if keep.any():
+            return keep
         col.stale_groups += 1
         ack(self.buffer, [(entry_id, g.group_id)], "stale")
         return None
@@ -264,18 +276,12 @@ class Admission:
         straddled = present & np.array([r.version_end != r.version_start for r in g.responses])    # (N,)
         if not straddled.any():
             return present
-        n, left = int(straddled.sum()), present & ~straddled
-        col.stale_responses += n
+        n = int(straddled.sum())
         spans = sorted({(r.version_start, r.version_end) for r, s in zip(g.responses, straddled) if s})
-        self.buffer.dead_letter("learner", "stale", detail=(
+        return self._drop_stale(entry_id, g, present & ~straddled, n, col, (
             f"group {g.group_id}: {n}/{len(straddled)} responses straddle a weight update (versions "
             f"{', '.join(f'{a}->{b}' for a, b in spans)}); this mode trains only responses sampled by "
-            "one version; " + ("trained on the rest" if left.any() else "group dropped")))
-        if left.any():
-            return left
-        col.stale_groups += 1
-        ack(self.buffer, [(entry_id, g.group_id)], "stale")
-        return None
+            "one version"))
 
     def _score(self, entry_id: str, g: Group, present: np.ndarray, col: Collected) -> None:
         """Advantages of a fresh group; zero-advantage groups are discarded or masked."""

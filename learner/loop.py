@@ -47,6 +47,7 @@ Driver usage (a Ray cluster is up; the buffer server is running)::
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from collections import defaultdict
@@ -72,6 +73,7 @@ from learner.rank_actor import RankGroup
 from learner.reduce import combine_updates, reduce_metrics
 from learner.schedule import schedule_for
 from learner.step_metrics import rollout_stats
+from learner.step_path import StepTimes, path_metrics
 from learner.trainer_config import LearnerConfig
 from learner.weight_sync import WeightSync
 
@@ -132,6 +134,7 @@ class Learner:
         self.guard = Guard(cfg.guard, entropy_target=getattr(cfg.entropy, "target", None))
         self.version = ranks.version()
         self.steps_done = 0
+        self._published_at: dict[int, tuple[float, float]] = {}   # version -> (publish started, in the buffer)
         self.ledger = TrainedLedger(buffer)
         (self.run_dir / "learner_config.json").write_text(cfg.model_dump_json(indent=1))
         last = ckpt_io.latest_checkpoint(self.ckpt_home) if resume else None
@@ -184,10 +187,14 @@ class Learner:
         replaying = self.version < self.buffer.get_version()[0]
         if replaying and not self._keeps_versions:
             return
+        started = time.time()
         location = self.ranks.call("publish", self.version)[0]
         if replaying:
             return
         self.buffer.publish_version(self.version, location)
+        self._published_at[self.version] = (started, time.time())
+        for old in [v for v in self._published_at if v < self.version - 4 * self.cfg.batch.n_sgd - self.cfg.max_lag]:
+            del self._published_at[old]            # only the versions a coming step's path may need
         self.weight_sync.announce()
 
     def sync_actors(self, actor_ids: list[str], timeout_s: float) -> None:
@@ -253,6 +260,7 @@ class Learner:
         """
         world, n = self.ranks.world, len(plan.rank_plans)
         rows_ref, per_update, infos, sync_s, chunk = ray.put(plan.rows), [], [], 0.0, []
+        self._trained_at = time.time()           # no update: training was done at once
         for u in range(n):
             chunk.append(u)
             last = u == n - 1
@@ -265,6 +273,7 @@ class Learner:
                 per_update.append(reduce_metrics([results[r][k][0] for r in range(world)]))
                 infos.append(results[0][k][1])
             self.version += len(chunk)
+            self._trained_at = time.time()
             chunk = []
             if self._publish_due(self.version, last):
                 ts = time.monotonic()
@@ -283,8 +292,9 @@ class Learner:
 
     def step(self) -> dict:
         """One learner step (module docstring); returns its metrics row (also written to the buffer)."""
-        cfg, t0 = self.cfg, time.monotonic()
+        cfg, t0, started = self.cfg, time.monotonic(), time.time()
         mode = self.mode
+        anchor = self._published_at.get(mode.clock(self.steps_done, self.version).min_version(self.steps_done))
         col = self.admission.collect(self.version, self.steps_done, mode)
         t_data = time.monotonic()
         plan = self._plan(col)
@@ -307,7 +317,10 @@ class Learner:
              "lr": infos[-1]["lr"] if infos else nan,
              "tokens/trained": float(sum(tokens)), "tokens/trained_per_s": float(sum(tokens)) / max(t_train, 1e-9),
              "time/wait_data": t_data - t0, "time/prepare": t_prep - t_data, "time/train": t_train,
-             "time/weight_sync": sync_s, **self.weight_sync.metrics()}
+             "time/weight_sync": sync_s, **self.weight_sync.metrics(),
+             **path_metrics(StepTimes(anchor=anchor[0] if anchor else started,
+                                      published=anchor[1] if anchor else math.nan, read=col.done_at,
+                                      trained=self._trained_at, groups=col.hops))}
         if cfg.needs_reference:
             m["kl/mean"] = losses.get("kl/ref_k3", 0.0)
         next_mode = self._watch(m)

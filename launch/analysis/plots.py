@@ -211,6 +211,33 @@ def plot_lag_hist(ax: Axes, df: pd.DataFrame) -> int:
     return len(total)
 
 
+def plot_step_path(ax: Axes, df: pd.DataFrame) -> int:
+    """Stacked bar per step: its critical path (``path/seg/<hop>``, ``learner.step_path``) from the
+    publish of the version its prompts needed to training done, one colour per hop; returns the bars."""
+    import pandas as pd
+
+    from learner.step_path import CHAIN
+
+    keys = [f"path/seg/{segment}" for segment, _ in CHAIN]
+    present = [k for k in keys if k in df.columns]
+    if not present:
+        return no_data(ax, "step critical path (s)", ["path/seg/<hop>"])
+    s = df[[STEP, *present]].apply(pd.to_numeric, errors="coerce").dropna(subset=[STEP])
+    s = s[s[present].notna().any(axis=1)]
+    if s.empty:
+        return no_data(ax, "step critical path (s)", ["path/seg/<hop>"])
+    bottom = pd.Series(0.0, index=s.index)
+    for key in present:
+        height = s[key].fillna(0.0).clip(lower=0.0)
+        ax.bar(s[STEP], height, bottom=bottom, width=0.8, label=key.rsplit("/", 1)[-1])
+        bottom += height
+    ax.set_title("step critical path (s)", fontsize=9)
+    ax.set_xlabel(STEP, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6, ncol=2)
+    return len(s)
+
+
 def plot_actor_throughput(ax: Axes, actors: dict[str, dict[str, Any]], now: float | None = None) -> int:
     """Bar per actor: generated tokens/s from its last heartbeat, labelled with version and age."""
     import time

@@ -1,25 +1,30 @@
 """The prompt feeder: dataset -> stages -> filters -> the buffer's `prompts` stream.
 
-It runs in a thread beside the learner and releases prompts only when they are admissible:
-a prompt for learner step s needs the policy version the learner's published clock gives it
-(``buffer.versions.StepClock.min_version``: the version step s starts at, minus max_lag), so
-it is issued once the published version reaches that (strict on-policy: step s's prompts
-appear exactly when version s exists; off-policy: up to max_lag versions early, so generation
-overlaps training; fixed lag k: each prompt of step s is pinned to exactly version s - k,
-``PromptMsg.pin_version``, and issued once that version exists).
-The clock is re-read every tick: the lag guard changes it when it switches
-the run between off-policy and strict on-policy. Each step first gets D_R prompts. Dynamic sampling rejects zero-advantage
-groups, so the learner may still lack valid groups once all of them are answered: it publishes how
-many (``learner_need`` in the meta hash, re-sent on every empty read), and the feeder tops up 1.5x
-that. A top-up larger than the need ends up stale in strict on-policy mode (generated for a step
-that is already complete), so the hint replaces a fixed D_R/2. Without a hint for the step after
-``hint_wait_s`` (a learner that publishes none), it falls back to D_R/2.
+It runs in a thread beside the learner and issues each learner step's prompts by the learner's
+published clock (``buffer.versions.StepClock``): a prompt for step s needs the policy version
+step s starts at, minus max_lag (strict on-policy: exactly version s; off-policy: up to max_lag
+versions early, so generation overlaps training; fixed lag k: each prompt of step s is pinned to
+exactly version s - k, ``PromptMsg.pin_version``, and issued once that version exists).
+Unpinned prompts are issued ``issue_ahead`` steps before they are admissible: actors hold them
+until their version is published, so they start the moment it lands instead of after a feeder
+tick and a read (the critical path, ``learner.step_path``). The clock is re-read every tick: the
+lag guard changes it when it switches the run between off-policy and strict on-policy.
+
+Each step first gets D_R prompts. Dynamic sampling rejects zero-advantage groups: the learner
+publishes, while it reads, how many of the groups it could not use (``lost``: zero advantage,
+stale, filtered; strict on-policy and fixed lag count only the step's own groups) in
+``learner_need`` (meta hash, with a wake-up on the run's signals stream), and the feeder issues
+one new prompt for the step per lost group at once, while the rest of the batch still generates.
+So the step never has more prompts than it can use: nothing ends up stale in strict on-policy
+mode (a fixed 1.5x top-up once everything was answered left 3-5% of the groups stale and cost a
+second round trip per step). A shortfall nobody reports as lost (a prompt dead-lettered by an
+actor, a resumed run) is topped up by the learner's need once everything that can be answered
+was (``learner_need`` newer than that moment), or by D_R/2 without any hint after ``hint_wait_s``.
 Prompts that cannot fit the context are dead-lettered here with a reason, never dropped silently.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import threading
 import time
@@ -29,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from buffer.messages import PromptMsg
+from buffer.wake import stream_tails, wait_for_entries
 from buffer.versions import StepClock
 from launch.run.data import PromptRenderer
 from rewards.problems import Problem
@@ -37,6 +43,8 @@ from rewards.problems import Problem
 @dataclass
 class _StepState:
     issued: int = 0
+    replaced: int = 0                  # new prompts issued for groups the learner reported lost
+    min_version: int = 0               # the version its prompts need (issued ahead: not yet published)
     answered_at: float | None = None   # unix time all issued prompts were first seen answered
 
 
@@ -51,7 +59,9 @@ class FeedStats:
 class PromptFeeder:
     def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, rollout_batch: int,
                  group_size: int, temperature: float, max_model_len: int,
-                 stage_at: Callable[[int], tuple[int, int]], seed: int = 0, hint_wait_s: float = 2.0):
+                 stage_at: Callable[[int], tuple[int, int]], seed: int = 0, hint_wait_s: float = 2.0,
+                 issue_ahead: int = 1):
+        """``issue_ahead``: unpinned steps issued before their version is published (module docstring)."""
         self.buffer, self.renderer = buffer, renderer
         self.rollout_batch = rollout_batch
         # what every prompt asks the actors for (the run's settings)
@@ -62,6 +72,7 @@ class PromptFeeder:
         self.order: list[Problem] = []
         self.solved: set[str] = set()             # online filter: accuracy reached 1
         self.hint_wait_s = hint_wait_s
+        self.issue_ahead = issue_ahead
         self.stats = FeedStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -105,10 +116,11 @@ class PromptFeeder:
         self.stats.issued += len(msgs)
         state = self.stats.per_step.setdefault(step, _StepState())
         state.issued += len(msgs)
+        state.min_version = min_version if pin is None else pin
         return len(msgs)
 
     def tick(self) -> None:
-        """Issue whatever is admissible now (called in a loop by the feeder thread)."""
+        """Issue whatever is due now (called by the feeder thread on every version and learner signal)."""
         version, _ = self.buffer.get_version()
         # two fields, not the whole meta hash: it holds the config
         meta = self.buffer.get_meta("learner_clock", "learner_need")
@@ -116,23 +128,34 @@ class PromptFeeder:
             return                                  # the learner has not started yet
         clock = StepClock(**meta["learner_clock"])
         learner_step = clock.step_at(version)
-        for step in range(learner_step, clock.newest_admissible_step(version) + 1):
+        ahead = self.issue_ahead if clock.fixed_lag is None else 0   # a pin must exist when it is taken
+        for step in range(learner_step, clock.newest_admissible_step(version) + ahead + 1):
             if step not in self.stats.per_step:
                 self.issue(step, self.rollout_batch, clock)
         state = self.stats.per_step[learner_step]
-        if self.outstanding() > 0:
+        need = meta.get("learner_need")
+        need = need if isinstance(need, dict) and need.get("step") == learner_step else None
+        if need is not None and need.get("lost", 0) > state.replaced:
+            # one new prompt per group the learner could not use: the step keeps exactly D_R usable ones
+            self.issue(learner_step, need["lost"] - state.replaced, clock)
+            state.replaced = need["lost"]     # too-long ones were dead-lettered: the need fallback covers them
+        if self._answerable_outstanding(version) > 0:
             state.answered_at = None
             return
         now = time.time()
         if state.answered_at is None:
             state.answered_at = now
-        need = meta.get("learner_need")
-        if isinstance(need, dict) and need.get("step") == learner_step:
-            # everything issued is answered; top up only if the learner said so since then
+        if need is not None:
+            # everything that can be answered is: top up only if the learner said so since then
             if need.get("groups", 0) > 0 and need.get("time", 0.0) > state.answered_at:
-                self._top_up(state, learner_step, math.ceil(1.5 * need["groups"]), now, clock)
+                self._top_up(state, learner_step, need["groups"], now, clock)
         elif now - state.answered_at > self.hint_wait_s:
             self._top_up(state, learner_step, max(self.rollout_batch // 2, 1), now, clock)
+
+    def _answerable_outstanding(self, version: int) -> int:
+        """Outstanding prompts an actor may start now: issued ahead of their version ones wait for it."""
+        waiting = sum(s.issued for s in self.stats.per_step.values() if s.min_version > version)
+        return max(self.outstanding() - waiting, 0)
 
     def _top_up(self, state: _StepState, step: int, count: int, now: float, clock: StepClock) -> None:
         issued = self.issue(step, count, clock)      # 0 if every prompt was too long (dead-lettered)
@@ -155,7 +178,9 @@ class PromptFeeder:
         clock = self.buffer.get_meta("learner_clock").get("learner_clock")
         if clock is None:
             raise RuntimeError("resuming a run whose learner has published no clock: start the learner first")
-        for step in range(StepClock(**clock).newest_admissible_step(version) + 1):
+        clock = StepClock(**clock)
+        ahead = self.issue_ahead if clock.fixed_lag is None else 0
+        for step in range(clock.newest_admissible_step(version) + ahead + 1):
             self.stats.per_step.setdefault(step, _StepState())
         self._serial = c["prompts_issued"] + c["deadlettered"]
 
@@ -167,12 +192,17 @@ class PromptFeeder:
         return self
 
     def _loop(self) -> None:
+        keys = [self.buffer.keys.versions, self.buffer.keys.signals]
         while not self._stop.is_set():
             try:
+                tails = stream_tails(self.buffer.client, keys)    # before the tick: nothing slips between
                 self.tick()
+                # until a version is published or the learner signals (its need), at most 0.25 s
+                # (the hint_wait_s fallback needs the clock)
+                wait_for_entries(self.buffer.client, tails, 250)
             except Exception as exc:  # the driver sees it in the log; the learner will time out
                 print(f"[feeder] error: {type(exc).__name__}: {exc}", flush=True)
-            self._stop.wait(0.1)
+                self._stop.wait(0.1)
 
     def stop(self) -> None:
         self._stop.set()

@@ -297,6 +297,9 @@ def run_notebook(kernel_name: str, env: dict[str, str], timeout_s: int = 180):
     return nb, json.loads(line.removeprefix("MONITOR_SUMMARY "))
 
 
+MONITOR_PNGS = 6             # figures notebooks/monitor.ipynb draws (one per show() call)
+
+
 def png_count(nb) -> int:
     return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
                for o in c.get("outputs", []) if o.output_type == "display_data")

@@ -143,15 +143,21 @@ def test_tied_lm_head_follows_the_new_embedding(actor_run, redis_url, tok, hf_mo
 
 
 def test_on_policy_admission_waits_for_the_version(actor_run, redis_url, tok, hf_model):
+    """Prompts issued ahead of their version are held until it is published; held prompts filling the
+    actor's whole room do not block a prompt it can serve now (a replacement queued behind them)."""
     run_id, actor, transport = actor_run
     buf = _buffer(redis_url, run_id)
     current, _ = buf.get_version()
-    buf.put_prompts(arith_prompts(tok, f"{run_id}-gate", [(1, 2)], step=current + 1, min_version=current + 1))
-    assert collect_groups(buf, 1, timeout=4.0) == []          # held: the required weights do not exist yet
+    ahead = [(1, k) for k in range(_cfg().max_prompts_in_flight)]
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-gate", ahead, step=current + 1, min_version=current + 1))
+    buf.put_prompts(arith_prompts(tok, f"{run_id}-now", [(2, 3)], step=current, min_version=current))
+    [now] = collect_groups(buf, 1, timeout=60.0)
+    assert now.group_id == f"{run_id}-now-0" and all(r.version_start == current for r in now.responses)
+    assert collect_groups(buf, 1, timeout=3.0) == []          # held: the required weights do not exist yet
     location = transport.publish(hf_model.named_parameters(), version=current + 1)
     buf.publish_version(current + 1, location)
-    [g] = collect_groups(buf, 1)
-    assert all(r.version_start == current + 1 for r in g.responses)
+    gated = collect_groups(buf, len(ahead))
+    assert len(gated) == len(ahead) and all(r.version_start == current + 1 for g in gated for r in g.responses)
 
 
 def test_killed_actor_loses_and_duplicates_no_prompt(ray_local, redis_url, tiny_world, tok):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.harness import metrics_rows, png_count, run_notebook
+from tests.integration.harness import MONITOR_PNGS, metrics_rows, png_count, run_notebook
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,8 @@ def test_onpolicy_tiny_via_ray_job_submit(ray_head, tmp_path, tiny_world, kernel
     assert plotted["run_id"] == run_id and plotted["rows"] >= len(metrics), plotted
     assert plotted["entropy"] > 0 and plotted["reward"] > 0, plotted
     assert plotted["lagbucket_entropy"] == len(metrics), plotted       # one bucket (lag 0) every step
-    assert png_count(nb) == 5       # figures the notebook draws (one per show() call)
+    assert plotted["step_path"] == len(metrics), plotted               # a critical path every step
+    assert png_count(nb) == MONITOR_PNGS
 
 
 def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> None:

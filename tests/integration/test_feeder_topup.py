@@ -24,7 +24,7 @@ def buf(redis_server, run_id):
     buffer.close()
 
 
-def _feeder(buf, tiny_world, hint_wait_s: float) -> PromptFeeder:
+def _feeder(buf, tiny_world, hint_wait_s: float, issue_ahead: int = 1) -> PromptFeeder:
     from transformers import AutoTokenizer
 
     renderer = PromptRenderer(AutoTokenizer.from_pretrained(str(tiny_world.model_dir)), chat_template=False,
@@ -33,45 +33,72 @@ def _feeder(buf, tiny_world, hint_wait_s: float) -> PromptFeeder:
                 for i in range(50)]
     buf.set_meta(learner_clock=StepClock().to_dict())      # strict on-policy: one update per step, lag 0
     return PromptFeeder(buf, problems, renderer, rollout_batch=D_R, group_size=2, temperature=1.0,
-                        max_model_len=256, stage_at=lambda step: (0, 16), hint_wait_s=hint_wait_s)
+                        max_model_len=256, stage_at=lambda step: (0, 16), hint_wait_s=hint_wait_s,
+                        issue_ahead=issue_ahead)
 
 
 def _answer_all(buf: RunBuffer) -> int:
-    """Play the actor: turn every open prompt into a stored group (which ACKs the prompt)."""
-    taken = buf.take_prompts("actor-0", count=100, block_ms=0)
-    for entry_id, prompt in taken:
-        buf.put_group(make_group(prompt.prompt_id, n=prompt.n_samples), entry_id)
-    return len(taken)
+    """Play the actor: turn every new prompt the published version serves into a stored group (which
+    ACKs the prompt); prompts issued ahead of their version stay taken and pending (held)."""
+    version = buf.get_version()[0]
+    answered = 0
+    for entry_id, prompt in buf.take_prompts("actor-0", count=100, block_ms=0):
+        if prompt.min_version <= version:
+            buf.put_group(make_group(prompt.prompt_id, n=prompt.n_samples), entry_id)
+            answered += 1
+    return answered
 
 
-def _need(buf: RunBuffer, groups: int, step: int = 0, at: float | None = None) -> None:
-    buf.set_meta(learner_need={"step": step, "groups": groups, "time": time.time() if at is None else at})
+def _need(buf: RunBuffer, groups: int, step: int = 0, at: float | None = None, lost: int = 0) -> None:
+    buf.announce_meta(learner_need={"step": step, "groups": groups, "lost": lost,
+                                    "time": time.time() if at is None else at})
 
 
-def test_top_up_is_the_learners_need_times_1_5_and_only_after_a_fresh_hint(buf, tiny_world):
-    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0)
+def test_each_lost_group_is_replaced_at_once_by_one_prompt(buf, tiny_world):
+    """Strict on-policy: D_R prompts, then one more per group the learner reports lost (zero advantage),
+    while the rest of the batch is still out: the step never holds more prompts than it can use."""
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0, issue_ahead=0)
     feeder.tick()
     assert feeder.outstanding() == D_R and feeder.stats.per_step[0].issued == D_R
+    _need(buf, 8, lost=2)               # two zero-advantage groups read, six prompts still generating
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R + 2
+    feeder.tick()                       # the same report again: nothing more
+    _need(buf, 5, lost=2)
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R + 2
+    _need(buf, 3, lost=3)               # one more lost
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R + 3
+    assert _answer_all(buf) == D_R + 3
+    _need(buf, 0, lost=3)               # the learner has its D_R valid groups: no top-up
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R + 3 and feeder.outstanding() == 0
 
+
+def test_an_unreported_shortfall_is_topped_up_by_the_need_after_a_fresh_hint(buf, tiny_world):
+    """A prompt dead-lettered by an actor is no lost group: once everything answerable is answered and
+    the learner still lacks groups (a hint newer than that moment), the feeder issues exactly the need."""
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0)
+    feeder.tick()
+    assert sorted(feeder.stats.per_step) == [0, 1]          # step 1 issued ahead: it waits for version 1
     before_answers = time.time()
     _need(buf, 8)                       # published while the first batch is still being generated
     assert _answer_all(buf) == D_R
-    feeder.tick()                       # all answered, but that hint predates the answers
+    feeder.tick()                       # all answerable answered (step 1's wait), but that hint predates it
     feeder.tick()
     assert feeder.stats.per_step[0].issued == D_R
-
     _need(buf, 3)                       # the learner read everything and still lacks 3 valid groups
     feeder.tick()
-    assert feeder.stats.per_step[0].issued == D_R + 5      # ceil(1.5 * 3)
+    assert feeder.stats.per_step[0].issued == D_R + 3
     feeder.tick()                       # the top-up is outstanding: nothing more
-    assert feeder.stats.per_step[0].issued == D_R + 5
-
-    assert _answer_all(buf) == 5
+    assert feeder.stats.per_step[0].issued == D_R + 3
+    assert _answer_all(buf) == 3
     _need(buf, 2, at=before_answers)    # an old hint is not trusted
     feeder.tick()
-    _need(buf, 0)                       # the learner has its D_R valid groups: no top-up
+    _need(buf, 0)
     feeder.tick()
-    assert feeder.stats.per_step[0].issued == D_R + 5 and feeder.outstanding() == 0
+    assert feeder.stats.per_step[0].issued == D_R + 3 and feeder.outstanding() == D_R   # step 1's, held
 
 
 def test_without_a_hint_for_the_step_it_falls_back_to_half_a_batch(buf, tiny_world):
@@ -89,7 +116,7 @@ def test_without_a_hint_for_the_step_it_falls_back_to_half_a_batch(buf, tiny_wor
 def test_prompts_follow_the_clock_the_learner_publishes(buf, tiny_world):
     """Off-policy (4 updates a step, lag 4) issues a step ahead; after the guard switches the run to
     strict on-policy at step 1 (version 4), step s waits for exactly its start version."""
-    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0)
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0, issue_ahead=0)
     buf.set_meta(learner_clock=StepClock(updates_per_step=4, max_lag=4).to_dict())
     feeder.tick()
     assert sorted(feeder.stats.per_step) == [0, 1]                      # step 1 may start at version 0
@@ -103,3 +130,16 @@ def test_prompts_follow_the_clock_the_learner_publishes(buf, tiny_world):
     taken = buf.take_prompts("actor-0", count=100, block_ms=0)
     assert {(p.step, p.min_version) for _, p in taken} == {(0, 0), (1, 0), (2, 5)}
 
+
+def test_unpinned_steps_are_issued_ahead_and_pinned_ones_only_when_their_version_exists(buf, tiny_world):
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0, issue_ahead=1)
+    feeder.tick()
+    taken = buf.take_prompts("actor-0", count=100, block_ms=0)
+    assert {(p.step, p.min_version) for _, p in taken} == {(0, 0), (1, 1)}   # step 1 held until version 1
+    buf.publish_version(1, "test://weights/1")
+    feeder.tick()
+    assert sorted(feeder.stats.per_step) == [0, 1, 2]
+    pinned = _feeder(buf, tiny_world, hint_wait_s=60.0, issue_ahead=1)
+    buf.set_meta(learner_clock=StepClock(step=1, version=1, max_lag=1, fixed_lag=1).to_dict())
+    pinned.tick()                                   # steps 1 and 2 (pins 0 and 1): nothing ahead of a pin
+    assert sorted(pinned.stats.per_step) == [1, 2]

@@ -24,14 +24,14 @@ import pytest
 from buffer.messages import Group, Response
 from buffer.server import EmbeddedRedis
 from buffer.streams import RunBuffer
+from tests.integration.harness import MONITOR_PNGS as PNGS
 from tests.integration.harness import png_count, run_notebook
 
 pytestmark = pytest.mark.integration
 
 RUN_ID = "tiny-monitor-test"
 FIGURES = ("entropy", "reward", "length", "clip", "lag_hist", "lag", "lagbucket_entropy", "lagbucket_clip",
-           "lagbucket_ratio", "lagbucket_kl", "actors", "trained", "samples")
-PNGS = 5                     # figures the notebook draws (one per show() call)
+           "lagbucket_ratio", "lagbucket_kl", "actors", "trained", "step_path", "samples")
 
 
 def _metrics_row(step: int, rng: np.random.Generator) -> dict:
@@ -45,6 +45,9 @@ def _metrics_row(step: int, rng: np.random.Generator) -> dict:
         "clip/low_frac": 0.01, "clip/high_frac": 0.02 + 0.001 * step, "ratio/mean": 1.0, "ratio/max": 1.4,
         "grad/norm": np.float32(0.8), "lr": 1e-6, "tokens/trained_per_s": 900.0 + 10 * step,
         "time/wait_data": 0.2, "time/train": 1.1, "time/weight_sync": 0.05,
+        "path/seg/publish": 0.02, "path/seg/load": 0.05, "path/seg/issue": 0.0, "path/seg/take": 0.01,
+        "path/seg/start": 0.0, "path/seg/generate": 0.6, "path/seg/score": 0.05, "path/seg/write": 0.01,
+        "path/seg/read": 0.02, "path/seg/train": 1.1,
     }
     for bucket, ent in (("0", 0.6), ("1", 0.55), ("2-3", 0.5)):          # every bucket's metrics, as logged
         row |= {f"lagbucket/{bucket}/entropy/mean": ent - 0.03 * step, f"lagbucket/{bucket}/tokens": 100.0,
@@ -106,6 +109,7 @@ def test_monitor_notebook_synthetic_run(tmp_path: Path, tiny_world, kernel_env: 
     assert all(summary[f] > 0 for f in FIGURES), summary
     assert summary["entropy"] == 20 and summary["reward"] == 10 * 2 + 2   # + 2 eval points
     assert summary["lag_hist"] == 3 and summary["actors"] == 2 and summary["samples"] == 3 * 2
+    assert summary["step_path"] == 10                                     # one stacked bar per step
     # 3 buckets x 10 steps, per metric drawn: entropy 1, clip 2 (high, low), ratio 2 (mean, max), kl 1
     assert [summary[f"lagbucket_{f}"] for f in ("entropy", "clip", "ratio", "kl")] == [30, 60, 60, 30]
     assert png_count(nb) == PNGS
@@ -128,7 +132,7 @@ def test_monitor_notebook_bare_run(tmp_path: Path, kernel_env: str):
         nb, summary = run_notebook(kernel_env, {"LAGRL_REDIS_URL": server.url})   # RUN_ID: the only run
     assert summary == {"run_id": RUN_ID, "rows": 1, "entropy": 0, "reward": 1, "length": 0, "clip": 0,
                        "lag_hist": 2, "lag": 0, "lagbucket_entropy": 0, "lagbucket_clip": 0, "lagbucket_ratio": 0,
-                       "lagbucket_kl": 0, "actors": 0, "trained": 0, "samples": 2}
+                       "lagbucket_kl": 0, "actors": 0, "trained": 0, "step_path": 0, "samples": 2}
     assert png_count(nb) == PNGS
     text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
     assert "is not on this machine; showing token ids" in text
