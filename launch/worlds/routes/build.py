@@ -38,7 +38,7 @@ def summary_lines(m: dict) -> list[str]:
         f"   (SFT data's route choices: {m['data']['route_entropy_per_token']:.3f})",
         f"[routes]   accuracy: τ=1.0 {at_1['accuracy']:.3f}   τ=0.6 {at_06['accuracy']:.3f}",
         f"[routes]   cut at {' / '.join(map(str, STAGE_BUDGETS))} tokens (τ=1.0): {cuts}",
-        f"[routes]   length p10/p50/p90/max (τ=1.0): " + "/".join(str(at_1["length_quantiles"][q])
+        "[routes]   length p10/p50/p90/max (τ=1.0): " + "/".join(str(at_1["length_quantiles"][q])
                                                         for q in ("p10", "p50", "p90", "max")),
         "[routes]   per k: length p10/p50/p90, accuracy (τ=1.0):",
     ]
