@@ -31,6 +31,18 @@ def scale_stages(stages: list[StageConfig], budget_divisor: int, min_budget: int
                         steps=s.steps and max(s.steps // step_divisor, 1)) for s in stages]
 
 
+def small_model_learner(cfg: RunConfig, lr: float, scale_tokens) -> dict[str, Any]:
+    """The learner fields of the written-out worlds (reasoning, routes): their learning rate, a short
+    warm-up, no weight decay, one micro-batch, no checkpoints, and the preset's overlong cache L_cache
+    scaled like the budgets (``scale_tokens(paper_tokens) -> world tokens``, at least 1)."""
+    learner: dict[str, Any] = dict(lr=lr, warmup_steps=5, weight_decay=0.0, micro_batch_tokens=8192,
+                                   checkpoint_every=0, block_ms=200)
+    cache = cfg.learner.advantage.overlong_cache
+    if cache is not None:
+        learner["advantage"] = cfg.learner.advantage.model_dump() | {"overlong_cache": max(scale_tokens(cache), 1)}
+    return learner
+
+
 def rescale(cfg: RunConfig, world: str, batch: BatchConfig, *, stages: list[StageConfig], max_steps: int,
             learner: dict[str, Any], actors: dict[str, Any], data: dict[str, Any], **run: Any) -> RunConfig:
     """``cfg`` moved to ``world`` with mini-batches ``batch`` (:func:`scale_batch`), response budgets

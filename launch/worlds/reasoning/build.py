@@ -38,7 +38,7 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
 
     from launch.worlds.reasoning.model import init_reasoning_model
     from launch.worlds.reasoning.sampling import sample_stats
-    from launch.worlds.reasoning.task import make_splits, write_jsonl
+    from launch.worlds.reasoning.task import make_splits, write_splits
     from launch.worlds.reasoning.warmup import Encoder, warm_up
     from launch.worlds.tiny.build import VOCAB_SIZE
     from launch.worlds.tokenizer import train_tokenizer
@@ -46,9 +46,7 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()
     train, val = make_splits(seed, n_val=n_val)
-    (out / "data").mkdir(parents=True)
-    write_jsonl(train, out / "data" / "train.jsonl")
-    write_jsonl(val, out / "data" / "val.jsonl")
+    write_splits(out, train, val)
     tok = train_tokenizer([p.prompt + p.solution for p in train[:2000]], out / "model", vocab_size=VOCAB_SIZE)
     model = init_reasoning_model(len(tok), tok.eos_token_id, seed)
     n_params = sum(p.numel() for p in model.parameters())

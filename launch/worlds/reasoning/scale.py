@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from launch.config import RunConfig
 from launch.worlds.reasoning import MAX_MODEL_LEN
-from launch.worlds.scaling import rescale, scale_batch, scale_stages
+from launch.worlds.scaling import rescale, scale_batch, scale_stages, small_model_learner
 
 BUDGET_DIVISOR = 128            # 8192 -> 64, 16384 -> 128, 32768 -> 256
 REASONING_ROLLOUT_UNIT = 16     # D_R 64 -> 16 (D_T by the same factor)
@@ -31,11 +31,7 @@ STAGE_STEP_DIVISOR = 25      # 100 -> 4: a 10-step run sees 64 (4 steps), 128 (4
 
 def scale_to_reasoning(cfg: RunConfig) -> RunConfig:
     batch = scale_batch(cfg.learner.batch, REASONING_ROLLOUT_UNIT)
-    learner = dict(lr=REASONING_LR, warmup_steps=5, weight_decay=0.0, micro_batch_tokens=8192, checkpoint_every=0,
-                   block_ms=200)
-    cache = cfg.learner.advantage.overlong_cache
-    if cache is not None:
-        learner["advantage"] = cfg.learner.advantage.model_dump() | {"overlong_cache": max(cache // BUDGET_DIVISOR, 1)}
+    learner = small_model_learner(cfg, REASONING_LR, lambda tokens: tokens // BUDGET_DIVISOR)
     return rescale(cfg, "reasoning", batch, stages=scale_stages(cfg.data.stages, BUDGET_DIVISOR, 8, STAGE_STEP_DIVISOR),
                    max_steps=REASONING_MAX_STEPS, learner=learner,
                    actors=dict(max_model_len=MAX_MODEL_LEN, dtype="float32"),

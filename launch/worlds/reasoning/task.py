@@ -119,6 +119,13 @@ def write_jsonl(problems: list[SumProblem], path: Path) -> None:
     problems_io.write_jsonl(map(asdict, problems), path)
 
 
+def write_splits(out: Path, train: list[SumProblem], val: list[SumProblem]) -> None:
+    """``out/data/{train,val}.jsonl``: a written-out world's splits (reasoning, routes)."""
+    (out / "data").mkdir(parents=True)
+    write_jsonl(train, out / "data" / "train.jsonl")
+    write_jsonl(val, out / "data" / "val.jsonl")
+
+
 def read_jsonl(path: Path, cls: type[SumProblem] = SumProblem) -> list[SumProblem]:
     """The problems :func:`write_jsonl` wrote, k included (``load_problems`` keeps the common fields)."""
     return [cls(**{k: row[k] for k in ("id", "data_source", "problem", "answer", "k")})

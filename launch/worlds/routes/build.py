@@ -72,7 +72,8 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
 
     from launch.worlds.reasoning.model import init_reasoning_model
     from launch.worlds.routes.sampling import sample_stats
-    from launch.worlds.routes.task import make_splits, sample_trace, write_jsonl
+    from launch.worlds.reasoning.task import write_splits
+    from launch.worlds.routes.task import make_splits, sample_trace
     from launch.worlds.routes.warmup import warm_up
     from launch.worlds.tiny.build import VOCAB_SIZE
     from launch.worlds.tokenizer import train_tokenizer
@@ -80,9 +81,7 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()
     train, val = make_splits(seed, n_val=n_val)
-    (out / "data").mkdir(parents=True)
-    write_jsonl(train, out / "data" / "train.jsonl")
-    write_jsonl(val, out / "data" / "val.jsonl")
+    write_splits(out, train, val)
     rng = random.Random(seed)
     tok = train_tokenizer([p.prompt + sample_trace(p, rng) for p in train[:2000]], out / "model",
                           vocab_size=VOCAB_SIZE)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from launch.config import RunConfig, StageConfig
 from launch.worlds.routes import MAX_MODEL_LEN
-from launch.worlds.scaling import rescale, scale_batch
+from launch.worlds.scaling import rescale, scale_batch, small_model_learner
 
 BUDGET_SCALE = (3, 512)         # tokens * 3 // 512: 8192 -> 48, 16384 -> 96, 32768 -> 192
 ROUTES_ROLLOUT_UNIT = 16        # D_R 64 -> 16 (D_T by the same factor)
@@ -39,11 +39,7 @@ def scaled_tokens(tokens: int) -> int:
 
 def scale_to_routes(cfg: RunConfig) -> RunConfig:
     batch = scale_batch(cfg.learner.batch, ROUTES_ROLLOUT_UNIT)
-    learner = dict(lr=ROUTES_LR, warmup_steps=5, weight_decay=0.0, micro_batch_tokens=8192, checkpoint_every=0,
-                   block_ms=200)
-    cache = cfg.learner.advantage.overlong_cache
-    if cache is not None:
-        learner["advantage"] = cfg.learner.advantage.model_dump() | {"overlong_cache": max(scaled_tokens(cache), 1)}
+    learner = small_model_learner(cfg, ROUTES_LR, scaled_tokens)
     stages = [StageConfig(max_tokens=max(MIN_BUDGET, scaled_tokens(s.max_tokens)),
                           steps=s.steps and max(s.steps // STAGE_STEP_DIVISOR, 1)) for s in cfg.data.stages]
     return rescale(cfg, "routes", batch, stages=stages, max_steps=ROUTES_MAX_STEPS, learner=learner,
