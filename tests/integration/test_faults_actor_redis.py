@@ -180,6 +180,7 @@ def test_redis_sigkill_restart_mid_run(tmp_path, own_redis, driver_runs, tiny_wo
 
 # ---------------------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.timeout(0)   # no per-test limit: runs LAGRL_SOAK_MINUTES by design
 def test_soak_actor_kills_memory_bounded(tmp_path, own_redis, driver_runs, tiny_world):
     """LAGRL_SOAK_MINUTES (default 30) of the tiny off-policy run, an actor SIGKILLed every
     LAGRL_SOAK_KILL_EVERY_S (default: a quarter of the run, at most 3 min, alternating actors).
