@@ -1,6 +1,6 @@
 """The math-verify subprocess: reads one JSON request per line on stdin, streams one verdict per line.
 
-Run by rewards.math_verifier as `python -I <this file>`; imports nothing from lagrl. It is single-
+Run by rewards.math_verifier as `python -I <this file> MEMORY_MIB IMPORT_PATH`; imports nothing from lagrl. It is single-
 threaded, so it *can* use signals: each answer gets a soft SIGALRM budget (math-verify's own
 signal timeout is disabled with parsing_timeout=None / timeout_seconds=None and replaced by ours,
 which takes float seconds and is raised as a BaseException so math-verify's `except Exception`
@@ -52,16 +52,27 @@ def _limit_memory() -> int:
     return limit
 
 
+def _extend_path() -> None:
+    """-I ignores PYTHONPATH and the user site; the parent passes the folders it imports math-verify
+    from (a --target install on an offline GPU host, say) as argv[2]."""
+    if len(sys.argv) > 2:
+        sys.path.extend(p for p in sys.argv[2].split(os.pathsep) if p and p not in sys.path)
+
+
 def main() -> None:
     _die_with_parent()
+    _extend_path()
     limit = _limit_memory()
     logging.disable(logging.CRITICAL)  # "timeout disabled" warnings: we handle timeouts ourselves.
     from math_verify import parse, verify
 
     signal.signal(signal.SIGALRM, _alarm)
-    # The protocol gets a private copy of fd 1; anything a library prints goes to stderr (DEVNULL).
+    # The protocol gets a private copy of fd 1; anything a library prints from now on goes to /dev/null
+    # (stderr is the parent's start-up log until here: it shows why an import failed).
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
     sys.stdout = sys.stderr
 
     def send(obj) -> None:

@@ -30,6 +30,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -79,14 +80,22 @@ class MathVerifier:
         self._kill()
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self._proc = subprocess.Popen([sys.executable, "-I", _SERVER, str(self.memory_mb)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                      start_new_session=True, close_fds=True)
-        self._buf = b""
-        msg = self._read(time.monotonic() + self.startup_timeout_s)
-        if msg is None or not msg.get("ready"):
-            self._kill()
-            raise VerifierUnavailable(f"math-verify subprocess not ready after {self.startup_timeout_s} s")
+        import_path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        with tempfile.TemporaryFile() as stderr:   # read back only if the child dies before it is ready
+            self._proc = subprocess.Popen([sys.executable, "-I", _SERVER, str(self.memory_mb), import_path],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env,
+                                          start_new_session=True, close_fds=True)
+            self._buf = b""
+            t0 = time.monotonic()
+            msg = self._read(t0 + self.startup_timeout_s)
+            if msg is None or not msg.get("ready"):
+                code = self._proc.poll()
+                self._kill()
+                stderr.seek(0)
+                tail = stderr.read()[-1500:].decode(errors="replace").strip()
+                why = (f"exited with code {code} after {time.monotonic() - t0:.1f} s" if code is not None
+                       else f"not ready after {self.startup_timeout_s} s")
+                raise VerifierUnavailable(f"math-verify subprocess {why}" + (f": {tail}" if tail else ""))
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None

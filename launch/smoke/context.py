@@ -121,7 +121,7 @@ class Context:
             if self.cuda:       # one GPU shared by the run's actor and learner rank (the one-GPU layout)
                 argv += ["--actors.dtype", "bfloat16", "--actors.num_gpus", "0.5",
                          "--actors.gpu_memory_utilization", str(GPU_ENGINE_MEMORY),
-                         "--learner.device", "cuda", "--learner.dtype", "bf16"]
+                         "--learner.device", "cuda", "--learner.dtype", "bf16", "--learner.gpus_per_rank", "0.5"]
             self._run_cfg, _ = build_config(argv, "onpolicy")
         return self._run_cfg
 

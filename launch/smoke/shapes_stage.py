@@ -148,8 +148,6 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
             warm = replace(plan, prompts=2, n=2, response_tokens=min(16, plan.response_tokens))
             _bare(impl.llm, _prompts(warm, vocab, "warm"), cfg.top_p)
             bare_tokens, bare_s = _bare(impl.llm, _prompts(plan, vocab, "bare"), cfg.top_p)
-            ours_tokens, ours_s = _actor_path(impl, RunBuffer.from_url(server.url, "smoke-shapes"),
-                                              _prompts(plan, vocab, "actor"))
             weights = learner_weights(ctx, str(mdir))
             nbytes = sum(t.numel() * t.element_size() for _, t in weights)
             update_s, version = {}, impl.version
@@ -164,6 +162,9 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
                 update_s[kind] = round(push(learner_side, actor_side, impl.llm, weights, version + 1, version), 2)
                 version += 1
             del weights
+            # last: the actor's loop shuts its engine down when it ends
+            ours_tokens, ours_s = _actor_path(impl, RunBuffer.from_url(server.url, "smoke-shapes"),
+                                              _prompts(plan, vocab, "actor"))
         finally:
             close_llm(impl.llm)
     gen = {"engine_start_s": round(start_s, 1), "bare_tokens_per_s": bare_tokens / bare_s,

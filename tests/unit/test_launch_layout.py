@@ -186,3 +186,15 @@ def test_engines_start_early_only_without_membership_or_a_shared_gpu():
     assert not engines_start_early(run(), 0, transport_has_membership=True)              # collective
     assert not engines_start_early(run(**ONE_GPU), 1, transport_has_membership=False)    # vLLM profiles memory
     assert engines_start_early(run(actors={"num_gpus": 1}), 2, transport_has_membership=False)
+
+
+def test_the_smokes_gpu_run_fits_one_gpu(tmp_path):
+    """Stage 5 of `python -m launch.smoke` on a one-GPU host shares the GPU between its actor and the
+    learner rank (on an H100 it was refused: the learner asked for a whole GPU beside a 0.5 engine)."""
+    from launch.layout import config_problems
+    from launch.smoke.context import Context
+
+    cfg = Context(device="cuda", work=tmp_path, steps=2).run_config()
+    assert config_problems(cfg) == []
+    assert cluster_problems(cfg, 1) == []
+    assert cfg.learner.device == "cuda" and cfg.actors.num_gpus == 0.5

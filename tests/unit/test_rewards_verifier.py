@@ -84,3 +84,40 @@ def test_usable_from_many_threads(verifier):
     with ThreadPoolExecutor(4) as pool:
         out = list(pool.map(lambda g: verifier.verify_many(g, [g, "100"]), golds))
     assert all(ok and [v for v, _ in vs] == ["correct", "wrong"] for ok, _, vs in out)
+
+
+def test_child_imports_math_verify_from_the_parents_path(tmp_path):
+    """An offline GPU host installs the wheels with `pip --target` and PYTHONPATH; the child runs with
+    -I (which ignores PYTHONPATH), so it must get the parent's import path (the smoke's stage 5 failed so)."""
+    import subprocess
+    import sys
+
+    import math_verify
+
+    site = os.path.dirname(os.path.dirname(math_verify.__file__))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = ("from rewards.math_verifier import MathVerifier\n"
+              "v = MathVerifier(startup_timeout_s=30.0); v.start()\n"
+              "print(v.verify_many('3', ['3'])[2]); v.close()\n")
+    # the interpreter the venv was made from: math-verify is reachable only through PYTHONPATH there
+    base = getattr(sys, "_base_executable", sys.executable)
+    probe = subprocess.run([base, "-I", "-c", "import math_verify"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{base} has math-verify in its own site-packages: nothing to show")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": os.pathsep.join([repo, site])}
+    out = subprocess.run([base, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "[('correct', '')]" in out.stdout
+
+
+def test_a_child_that_dies_at_start_says_why():
+    """A child that cannot start (here: too little memory for its imports) is named with its exit code
+    and its stderr, at once, not after the 60 s start-up deadline."""
+    from rewards.math_verifier import VerifierUnavailable
+
+    v = MathVerifier(startup_timeout_s=60.0, memory_mb=16)
+    t0 = time.monotonic()
+    with pytest.raises(VerifierUnavailable, match=r"(?s)exited with code \d+ after .*MemoryError"):
+        v.start()
+    assert time.monotonic() - t0 < 30
+    v.close()
