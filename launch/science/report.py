@@ -24,8 +24,8 @@ from launch.science.verdict import Verdict, judge, judge_slope, statistic
 
 PANELS = (("entropy/mean", "entropy"), ("reward/accuracy", "accuracy (training)"),
           ("length/mean", "response length (tokens)"), ("clip/frac", "clipped-token fraction"))
-CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "verdict", "effect", "half_width_95",
-              "spread", "seeds", "t", "stat_a_per_seed", "stat_b_per_seed", "source")
+CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "paper", "verdict", "effect",
+              "half_width_95", "spread", "seeds", "t", "stat_a_per_seed", "stat_b_per_seed", "source")
 
 
 @dataclass
@@ -36,6 +36,7 @@ class CheckResult:
     arm_a: str | None
     arm_b: str
     expect: str
+    paper: str
     verdict: Verdict
 
 
@@ -49,7 +50,7 @@ def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) 
         if isinstance(c, SlopeCheck):
             doses = [dose for _, dose in c.doses]
             per_dose = dose_statistics(finding, c, rows_by_arm)
-            out.append(CheckResult(finding, c.claim, c.statistic, None, c.b, c.expect,
+            out.append(CheckResult(finding, c.claim, c.statistic, None, c.b, c.expect, c.paper,
                                    judge_slope(doses, per_dose, c.expect)))
             continue
         runs_b = rows_by_arm.get(c.b, [])
@@ -58,7 +59,7 @@ def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) 
         b = [statistic(c.statistic, rb, ra, skip.get(c.b, 0)) for rb, ra in zip(runs_b, runs_a)]
         a = ([statistic(c.statistic, ra, rb, skip.get(c.a, 0)) for ra, rb in zip(runs_a, runs_b)]
              if c.a is not None else [0.0] * len(b))
-        out.append(CheckResult(finding, c.claim, c.statistic, c.a, c.b, c.expect, judge(a, b, c.expect)))
+        out.append(CheckResult(finding, c.claim, c.statistic, c.a, c.b, c.expect, c.paper, judge(a, b, c.expect)))
     return out
 
 
@@ -78,8 +79,8 @@ def write_csv(results: list[CheckResult], path: Path) -> Path:
         for r in results:
             v = r.verdict
             w.writerow({"finding": r.finding.key, "claim": r.claim, "statistic": r.statistic, "arm_a": r.arm_a or "0",
-                        "arm_b": r.arm_b, "expect": r.expect, "verdict": v.verdict, "effect": _num(v.effect),
-                        "half_width_95": _num(v.half_width), "spread": _num(v.spread), "seeds": v.n, "t": _num(v.t),
+                        "arm_b": r.arm_b, "expect": r.expect, "paper": r.paper, "verdict": v.verdict,
+                        "effect": _num(v.effect), "half_width_95": _num(v.half_width), "spread": _num(v.spread), "seeds": v.n, "t": _num(v.t),
                         "stat_a_per_seed": " ".join(_num(x) for x in v.a),
                         "stat_b_per_seed": " ".join(_num(x) for x in v.b), "source": r.finding.source})
     return path
@@ -164,6 +165,7 @@ def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path
     rows = "".join(
         f"<tr class='{r.verdict.verdict}'><td>{esc(r.finding.key)}</td><td>{esc(r.claim)}</td>"
         f"<td>{esc(r.statistic)}</td><td>{esc(r.arm_b)} vs {esc(r.arm_a or '0')}</td><td>{r.expect}</td>"
+        f"<td>{esc(r.paper)}</td>"
         f"<td>{_num(r.verdict.effect)} ± {_num(r.verdict.half_width)} (sd {_num(r.verdict.spread)}, "
         f"n={r.verdict.n}, t={_num(r.verdict.t)})</td>"
         f"<td><b>{r.verdict.verdict}</b></td></tr>" for r in results)
@@ -188,5 +190,6 @@ def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path
         ".inconclusive{background:#f5f5e0}img{max-width:100%}</style></head><body>"
         f"<h1>{esc(title)}</h1><p>{esc(preamble)}</p>"
         "<table><tr><th>finding</th><th>claim</th><th>statistic</th><th>compared</th><th>expected</th>"
+        "<th>the paper reports</th>"
         f"<th>effect ± 95% CI half-width</th><th>verdict</th></tr>{rows}</table>{''.join(sections)}</body></html>")
     return path

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import gc
+import shutil
 import statistics
 import threading
 import time
@@ -138,7 +139,9 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     host = next((k for k in kinds if pairs[k][1].llm_kwargs() == shared), kinds[0])   # the actor's own transport
     cfg = ctx.actor_config(max_model_len=plan.prompt_tokens + plan.response_tokens + 16,
                            max_prompts_in_flight=plan.prompts, gpu_memory_utilization=0.4)
-    with EmbeddedRedis(ctx.work / "shapes-redis", stop_at_exit=True).start() as server:
+    redis_dir = ctx.work / "shapes-redis"
+    shutil.rmtree(redis_dir, ignore_errors=True)   # a reused --work keeps the last run's AOF: its prompt ids
+    with EmbeddedRedis(redis_dir, stop_at_exit=True).start() as server:   # would be skipped as trained
         t0 = time.monotonic()
         impl = GenerationActorImpl("smoke-shapes-0", "smoke-shapes", server.url, str(mdir), cfg,
                                    group_size=plan.n, reward_scorer=Unscored(), transport=pairs[host][1])
@@ -174,11 +177,10 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
 
 
 def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
-    import deepspeed
     import torch
 
     from learner.batching import collate, plan_update
-    from learner.deepspeed_kit import bare_update, load_hf_model
+    from learner.deepspeed_kit import bare_update, build_engine, load_hf_model
     from learner.engine import RankEngine
 
     init_single_rank(ctx.cuda)
@@ -213,7 +215,7 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     model = load_hf_model(str(mdir), dtype, True)
-    bare, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
+    bare, *_ = build_engine(model, cfg, ds_config, ctx.device)          # the same optimizer as ours
     collated = [collate(rows, idx) for idx in mbs]
     bare_times = timed(lambda: bare_update(bare, collated, tokens))
     bare_peak = peak()

@@ -137,3 +137,39 @@ def test_lag_dose_response_leaves_out_the_ramp_in():
     assert ratio.verdict.effect == pytest.approx(-0.05) and ratio.verdict.t == pytest.approx(-8.660, abs=1e-3)
     assert ratio.verdict.half_width == pytest.approx(0.024843, abs=1e-6) and ratio.verdict.verdict == "agrees"
     assert accuracy.verdict.effect == pytest.approx(0.0) and accuracy.verdict.verdict == "inconclusive"
+
+
+def test_every_check_states_what_the_paper_reports(tmp_path):
+    """Each verdict row carries the paper's direction (the same as the check's expectation) and size."""
+    import csv
+
+    from launch.science.findings import FINDINGS
+    from launch.science.report import evaluate, write_csv
+
+    for f in FINDINGS:
+        for c in f.checks:
+            assert c.paper.startswith(c.expect), (f.key, c.claim, c.paper)
+    f = next(f for f in FINDINGS if f.key == "reuse")
+    by_arm = {a.name: [_rows("entropy/mean", [0.5, 0.5, 0.4, 0.4, 0.4])] * 2 for a in f.arms}
+    [row] = csv.DictReader(open(write_csv(evaluate(f, by_arm), tmp_path / "r.csv")))
+    assert row["paper"] == f.checks[0].paper and row["expect"] == "lower"
+
+
+def test_seeds_for_the_target_half_width():
+    """sd 0.086 over 2 seeds (the routes world's reuse subset): t(n-1) * 0.086 / sqrt(n) <= 0.05 first at
+    n = 14 (t(12) = 2.179 -> 0.0520 at 13; t(13) = 2.160 -> 0.0496 at 14)."""
+    v = judge([0.955, 0.961], [0.955 - 0.0172, 0.961 - 0.0172 - 0.0860966 * math.sqrt(2)], "lower")
+    assert v.spread == pytest.approx(0.0860966, rel=1e-4)
+    assert v.seeds_for(0.05) == 14
+    assert "about 14 seeds" in v.line()
+    # sd 0.01: 12.706 * 0.01 / sqrt(2) = 0.090 at 2 seeds, 4.303 * 0.01 / sqrt(3) = 0.025 at 3
+    assert judge([1.0, 1.0, 1.0], [0.9, 0.91, 0.89], "lower").seeds_for(0.05) == 3
+
+
+def test_t95_beyond_ten_degrees_of_freedom():
+    """Student's t, not the normal 1.96, from 11 degrees of freedom on (published quantiles)."""
+    from launch.science.verdict import t95
+
+    for dof, exact in ((11, 2.201), (13, 2.160), (20, 2.086), (30, 2.042), (40, 2.021), (60, 2.000),
+                       (120, 1.980)):
+        assert t95(dof) == pytest.approx(exact, abs=1e-3), dof
