@@ -137,9 +137,53 @@ def send_bucket(channel: Channel, bucket: list[ParamMeta], tensors: NamedTensors
     return sent
 
 
-def post_bucket(channel: Channel, bucket: list[ParamMeta]) -> tuple[torch.Tensor, list[Pending]]:
-    """A receiver: a fresh buffer for one bucket with every segment's receive posted into it."""
-    buf = torch.empty(bucket_nbytes(bucket), dtype=torch.uint8, device=channel.device)
+class ReceiveBuffers:
+    """A receiver's bucket buffers in host memory, reused across buckets and versions.
+
+    A fresh 64 MB host buffer is page-faulted in by the receive that fills it: writes into fresh
+    buffers ran at about 1 GB/s on the 2-core machine, into a reused one at 5-7 GB/s, and that
+    difference was most of the collective's cost over the raw broadcast (bench/weight_sync.py). A
+    buffer is handed out again only once nothing else refers to its memory: vLLM's layerwise reload
+    keeps views of a bucket until its layer is complete. At most ``keep`` buffers are kept (the
+    memory a receiver holds between versions); CUDA buffers come from torch's caching allocator and
+    are not pooled here."""
+
+    def __init__(self, keep: int = 3):
+        self.keep = keep
+        self._pool: list[tuple[torch.Tensor, int]] = []        # (buffer, its storage's use count when idle)
+
+    def take(self, nbytes: int, device: torch.device, capacity: int = 0) -> torch.Tensor:
+        """``nbytes`` of uint8 on ``device``; from the pool on the CPU (capacity: the size to allocate)."""
+        if device.type != "cpu" or _use_count is None:
+            return torch.empty(nbytes, dtype=torch.uint8, device=device)
+        for buf, idle in self._pool:
+            if buf.numel() >= nbytes and _use_count(buf) == idle:
+                return buf[:nbytes]
+        buf = torch.empty(max(nbytes, capacity), dtype=torch.uint8)
+        if len(self._pool) < self.keep:
+            self._pool.append((buf, _use_count(buf)))
+        return buf[:nbytes]
+
+
+def _storage_use_count() -> Callable[[torch.Tensor], int] | None:
+    """How many tensors share ``t``'s memory (torch's private counter; None where this torch lacks it:
+    then nothing is pooled)."""
+    counter = getattr(torch._C, "_storage_Use_Count", None)
+    if counter is None:
+        return None
+    return lambda t: counter(t.untyped_storage()._cdata)
+
+
+_use_count = _storage_use_count()
+
+
+def post_bucket(channel: Channel, bucket: list[ParamMeta], buffers: ReceiveBuffers | None = None,
+                capacity: int = 0) -> tuple[torch.Tensor, list[Pending]]:
+    """A receiver: a buffer for one bucket (from ``buffers`` when given) with every segment's receive
+    posted into it."""
+    nbytes = bucket_nbytes(bucket)
+    buf = (buffers.take(nbytes, channel.device, capacity) if buffers is not None
+           else torch.empty(nbytes, dtype=torch.uint8, device=channel.device))
     pending, offset = [], 0
     for a, b in segments(bucket):
         size = bucket_nbytes(bucket[a:b])

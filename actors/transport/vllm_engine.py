@@ -35,7 +35,15 @@ from typing import Any
 import torch
 from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo, WeightTransferUpdateInfo
 
-from actors.transport.channel import Channel, open_channel, plan_from_json, post_bucket, unpack
+from actors.transport.channel import (
+    Channel,
+    ReceiveBuffers,
+    bucket_nbytes,
+    open_channel,
+    plan_from_json,
+    post_bucket,
+    unpack,
+)
 from actors.transport.hub import Hub
 
 BACKEND = "lagrl_collective"
@@ -174,6 +182,7 @@ class LagrlCollectiveEngine(_LayerwiseReloadEngine):
         super().__init__(config, vllm_config, device, model)
         self.hub: Hub | None = None
         self.channel: Channel | None = None
+        self.buffers = ReceiveBuffers()          # host receive buffers, reused across versions
         self.member = ("", "", 0)           # actor, incarnation, this worker's engine rank
         self.stats: dict[str, Any] = {}
 
@@ -206,16 +215,17 @@ class LagrlCollectiveEngine(_LayerwiseReloadEngine):
         if header.tolist() != expected:
             raise RuntimeError(f"out of step with the learner: header {header.tolist()}, expected {expected}")
         t0, nbytes = time.monotonic(), 0
-        # A fresh buffer per bucket: the layerwise reload may keep views of it until its layer is
-        # complete. The next bucket is received while this one loads (two buckets of memory; on
-        # NCCL the receive runs on the channel's own stream, so it overlaps the load's kernels).
-        incoming = post_bucket(channel, plan[0]) if plan else None
+        # A buffer per bucket, reused once the layerwise reload holds no view of it (channel.ReceiveBuffers).
+        # The next bucket is received while this one loads (two buckets of memory; on NCCL the receive
+        # runs on the channel's own stream, so it overlaps the load's kernels).
+        largest = max((bucket_nbytes(b) for b in plan), default=0)
+        incoming = post_bucket(channel, plan[0], self.buffers, largest) if plan else None
         for k, bucket in enumerate(plan):
             buf, pending = incoming
             for p in pending:
                 p.wait(tick)
             if k + 1 < len(plan):
-                incoming = post_bucket(channel, plan[k + 1])
+                incoming = post_bucket(channel, plan[k + 1], self.buffers, largest)
             self.model.load_weights(unpack(buf, bucket))
             nbytes += buf.numel()
         self.stats.update(receive_s=time.monotonic() - t0, bytes=nbytes, buckets=len(plan), version=info.version)

@@ -87,3 +87,25 @@ def test_pack_unpack_round_trip_and_single_tensor_is_not_copied():
         assert n == m and u.dtype == t.dtype and torch.equal(u, t)
     single = torch.randn(4, 4)
     assert pack([("w", single)]).data_ptr() == single.data_ptr()      # sent as a view of itself
+
+
+def test_receive_buffers_are_reused_once_nothing_refers_to_them():
+    """A bucket's buffer comes back for the next bucket only when no view of it is alive (vLLM's
+    layerwise reload keeps views until a layer is complete); the pool holds at most ``keep``."""
+    from actors.transport.channel import ReceiveBuffers
+
+    cpu = torch.device("cpu")
+    pool = ReceiveBuffers(keep=2)
+    first = pool.take(1000, cpu, capacity=4096)
+    first_ptr = first.data_ptr()
+    held = first[10:20].view(torch.int16)             # a view the loader keeps
+    del first
+    second = pool.take(1000, cpu, capacity=4096)
+    assert second.data_ptr() != first_ptr             # the first is still referred to
+    del second
+    del held
+    third = pool.take(4096, cpu)                      # nothing refers to the first now; it fits
+    assert third.data_ptr() == first_ptr and third.numel() == 4096
+    extra = [pool.take(4096, cpu) for _ in range(3)]  # beyond keep: fresh, not pooled
+    assert len(pool._pool) == 2 and len({t.data_ptr() for t in extra}) == 3
+    assert pool.take(100, torch.device("meta")).device.type == "meta"   # not a host buffer: not pooled
