@@ -21,9 +21,11 @@ def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, caps
     assert main(argv) == 0
     printed = capsys.readouterr().out
     rows = list(csv.DictReader(open(out / "report.csv")))
-    assert len(rows) == len(finding("reuse").checks) == 1
-    assert rows[0]["finding"] == "reuse" and rows[0]["verdict"] == "inconclusive" and rows[0]["seeds"] == "1"
+    assert len(rows) == len(finding("reuse").checks) == 2                   # entropy ratio, final accuracy
+    assert [r["statistic"] for r in rows] == ["entropy_ratio", "accuracy_final"]
+    assert all(r["finding"] == "reuse" and r["verdict"] == "inconclusive" and r["seeds"] == "1" for r in rows)
     assert float(rows[0]["stat_a_per_seed"]) > 0 and float(rows[0]["stat_b_per_seed"]) > 0   # entropy ratios
+    assert all(r["paper"].startswith("lower") for r in rows)
     html = (out / "report.html").read_text()
     assert "Off-policy sample reuse collapses entropy faster" in html and "data:image/png;base64," in html
     assert "--learner.lr" in html and "[verdict] reuse:" in printed

@@ -57,3 +57,22 @@ def test_stages_report_what_they_checked(smoke):
     run = s["5_run"]
     assert run["steps"] == 5 and run["lag_max"] == [0] * 5 and run["steps_per_s"] > 0
     assert all(math.isfinite(k) and k >= 0 for k in run["mismatch_kl_k3"])
+
+
+@pytest.mark.slow
+def test_shapes_stage_runs_on_cpu_with_small_shapes(tmp_path, tiny_world):
+    """Stage 6 is a GPU stage; its code runs on a CPU with a small model of the same 152K vocabulary. On the
+    H100 it first failed twice: it timed weight updates into an engine its actor loop had already shut
+    down, and built its bare DeepSpeed reference (ZeRO-2) without an optimizer. Run twice on one --work:
+    the second run must not find the first one's groups in a reused Redis (it skipped them as trained)."""
+    env = {**os.environ, "LAGRL_CACHE": str(tiny_world.root.parent), "PYTHONPATH": str(REPO)}
+    for attempt in range(2):
+        out = tmp_path / f"smoke-{attempt}.json"
+        proc = subprocess.run([sys.executable, "-m", "launch.smoke", "--device", "cpu", "--stages", "6", "--shapes",
+                               "small", "--work", str(tmp_path / "work"), "--out", str(out)],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+        shapes = json.loads(out.read_text())["stages"]["6_shapes"]
+        assert shapes["status"] == "PASS" and shapes["generation"]["actor_tokens"] > 0
+        assert shapes["weight_update_s"] and shapes["learner"]["ratio"] > 0
+        assert "AdamW" in shapes["learner"]["optimizer"]

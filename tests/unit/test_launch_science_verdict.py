@@ -151,7 +151,7 @@ def test_every_check_states_what_the_paper_reports(tmp_path):
             assert c.paper.startswith(c.expect), (f.key, c.claim, c.paper)
     f = next(f for f in FINDINGS if f.key == "reuse")
     by_arm = {a.name: [_rows("entropy/mean", [0.5, 0.5, 0.4, 0.4, 0.4])] * 2 for a in f.arms}
-    [row] = csv.DictReader(open(write_csv(evaluate(f, by_arm), tmp_path / "r.csv")))
+    row, _ = csv.DictReader(open(write_csv(evaluate(f, by_arm), tmp_path / "r.csv")))   # entropy, accuracy
     assert row["paper"] == f.checks[0].paper and row["expect"] == "lower"
 
 
