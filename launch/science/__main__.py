@@ -1,6 +1,6 @@
 """The science report: the on/off-policy findings of Skywork-OR1 and DAPO, checked with real runs.
 
-    .venv/bin/python -m launch.science                          # every finding, 3 seeds, 12 steps, the CPU worlds
+    .venv/bin/python -m launch.science                          # every finding, 3 seeds, 20 steps, the CPU worlds
     .venv/bin/python -m launch.science --findings reuse temperature --seeds 3 --steps 40
     .venv/bin/python -m launch.science --full --out runs/science-gpu   # the paper-scale presets (GPU cluster)
     .venv/bin/python -m launch.science --report-only --out runs/science  # rebuild the report from its runs
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--findings", nargs="+", default=["all"], help=f"{[f.key for f in FINDINGS]} or all")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per arm (>= 2 for a verdict; 3 by default)")
-    ap.add_argument("--steps", type=int, default=12, help="learner steps per run (12: the reasoning world's "
-                    "three stages of 4 steps; the full report then takes ~95 min on 2 cores)")
+    ap.add_argument("--steps", type=int, default=20, help="learner steps per run (20: the reuse finding alone, "
+                    "10 seeds, took 48 min on 2 cores; every finding with 3 seeds is estimated at 2.5-3 h)")
     ap.add_argument("--world", choices=("tiny", "reasoning", "routes"), default=None,
                     help="run every finding in this world (default: each finding's own)")
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
