@@ -1,7 +1,7 @@
 """The math-verify subprocess: reads one JSON request per line on stdin, streams one verdict per line.
 
-Run by rewards.math_verifier as `python -I <this file> MEMORY_MIB IMPORT_PATH`; imports nothing from lagrl. It is single-
-threaded, so it *can* use signals: each answer gets a soft SIGALRM budget (math-verify's own
+Run by rewards.math_verifier as `python -I <this file> MEMORY_MIB IMPORT_PATH`; imports nothing from
+lagrl. It is single-threaded, so it *can* use signals: each answer gets a soft SIGALRM budget (math-verify's own
 signal timeout is disabled with parsing_timeout=None / timeout_seconds=None and replaced by ours,
 which takes float seconds and is raised as a BaseException so math-verify's `except Exception`
 cannot swallow it). Work stuck in C (e.g. sympy evaluating 10^(10^10)) never sees the signal; the
