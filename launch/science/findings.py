@@ -19,7 +19,7 @@ class Arm:
     name: str
     preset: str
     overrides: tuple[str, ...] = ()          # extra CLI overrides, e.g. ("--learner.loss.eps_high", "0.4")
-    skip_steps: int = 0                      # steps its statistics leave out (a fixed-lag-k run's ramp-in: k)
+    skip_steps: int = 0                      # steps its statistics leave out (the lag finding's ramp-in)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,9 @@ class Finding:
 
 
 LAG_DOSES = (0, 1, 2, 4, 8)
-LAG_ARMS = tuple(Arm(f"lag {k}", f"fixedlag_{k}", skip_steps=k) for k in LAG_DOSES)
+# Every dose is measured over the same steps, max(k)..end: a lag-k run trains at lag < k in its first k
+# steps (the ramp-in), and a ratio over a longer window shows more decay, which would bias the slope.
+LAG_ARMS = tuple(Arm(f"lag {k}", f"fixedlag_{k}", skip_steps=max(LAG_DOSES)) for k in LAG_DOSES)
 ONPOLICY = Arm("on-policy (1, D, D)", "reuse1_dr64_dt64")
 REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")
 
@@ -136,8 +138,8 @@ FINDINGS: tuple[Finding, ...] = (
                     tuple((a.name, float(k)) for a, k in zip(LAG_ARMS, LAG_DOSES)), "lower",
                     "lower, as a direction only: off-policy runs end with lower test accuracy; no dose given")),
         notes="Each dose is the baseline with --learner.fixed_lag k (one update per step, the same lr). A "
-              "lag-k run's first k steps train at lag < k (no version k behind version 0): its statistics "
-              "leave them out, so a dose is measured over steps k..end only.",
+              "lag-k run's first k steps train at lag < k (no version k behind version 0), so every dose is "
+              "measured over the same steps, from the largest k (8) on: equal windows, one factor apart.",
         gpu={a.name: a.preset for a in LAG_ARMS}),
     Finding(
         "multistage", "Multi-stage context lengthening", "Skywork-OR1 §3 (multi-stage training)", "reasoning",

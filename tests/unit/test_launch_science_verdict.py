@@ -112,20 +112,18 @@ def test_judge_slope_by_hand():
 
 
 def test_lag_dose_response_leaves_out_the_ramp_in():
-    """A fixed-lag-k run's first k steps (lag < k) must not count: they hold 5.0 here, which would
-    swamp every ratio. From step k on the entropy is 1.0 in the first window and r in the last, so
-    each dose's entropy ratio is exactly r = 1 - c_s * k: slopes -c_s = -0.05, -0.04, -0.06."""
+    """Every dose is measured over the same steps, from the largest k (8) on: a lag-k run's first k steps
+    (lag < k) and, for equal windows, every run's first 8 hold 5.0 here, which would swamp every ratio.
+    Kept: steps 8, 9 (windows of 1 step): entropy 1.0 then r, so each dose's ratio is exactly
+    r = 1 - c_s * k: slopes -c_s = -0.05, -0.04, -0.06."""
     from launch.science.findings import finding
     from launch.science.report import dose_statistics, evaluate
 
     lag = finding("lag")
-    assert [(a.preset, a.skip_steps) for a in lag.arms] == [(f"fixedlag_{k}", k) for k in (0, 1, 2, 4, 8)]
+    assert [(a.preset, a.skip_steps) for a in lag.arms] == [(f"fixedlag_{k}", 8) for k in (0, 1, 2, 4, 8)]
 
     def run(k: int, r: float) -> list[dict]:
-        # 10 steps; kept: steps k..9. Windows (20% of the kept steps, at least 1): k=0,1,2 -> 2 steps,
-        # k=4 (6 kept) and k=8 (2 kept) -> 1 step; steps k (and k+1 below 8) -> 1.0 and 8, 9 -> r (but step
-        # 8 when k = 8) cover every window
-        e = [5.0 if s < k else 1.0 if s == k or s == k + 1 < 8 else r if s >= 8 else 0.95 for s in range(10)]
+        e = [5.0 if s < 8 else 1.0 if s == 8 else r for s in range(10)]
         return _rows("entropy/mean", e, **{"reward/accuracy": 0.3})
 
     c = [0.05, 0.04, 0.06]
