@@ -95,7 +95,8 @@ def main() -> None:
     print(f"async bound: a sync step = generation {bound['gen_s']:.2f} s (its wait for data) + training "
           f"{bound['train_s']:.2f} s; overlapped perfectly an async step takes max of the two, "
           f"{bound['bound_step_s']:.2f} s (speedup {bound['bound_speedup']:.2f}); measured "
-          f"{bound['async_step_s']:.2f} s (speedup {ratios['steady_s']:.2f}): {bound['attained']:.2f} of the bound (target >= {TARGET_OF_BOUND})")
+          f"{bound['async_step_s']:.2f} s (speedup {ratios['steady_s']:.2f}): {bound['attained']:.2f} of the bound "
+          f"(target >= {TARGET_OF_BOUND})")
     if args.json:
         args.json.write_text(json.dumps({"runs": out, "ratios": ratios, "bound": bound, "run_dir": str(run_dir)},
                                         indent=2))

@@ -262,7 +262,7 @@ def main() -> None:
         nbytes = sum(t.numel() * t.element_size() for _, t in shapes)
         dtype = str(shapes[0][1].dtype).removeprefix("torch.")
         print(f"\n{name}: {len(shapes)} tensors, {nbytes / 1e6:.1f} MB per version ({dtype})", flush=True)
-        ratios, extra = {}, {}
+        ratios, over_link = {}, {}       # per path: ratio to the link, seconds over it
         for r in range(args.rounds):                   # link and paths interleaved, round by round
             link = statistics.median(measure_link(nbytes, args, ctx))
             params = weight_set(name, dev)
@@ -272,7 +272,7 @@ def main() -> None:
                 times, sent, (ready, bcast, done) = measure_collective(params, args, ctx)
                 s = statistics.median(times)
                 ratios.setdefault("collective", []).append(s / link)
-                extra.setdefault("collective", []).append(s - link)
+                over_link.setdefault("collective", []).append(s - link)
                 print(f"  round {r + 1}: {'collective':<22} {s:8.3f} s/version  {nbytes / s / 1e6:8.0f} MB/s   ratio "
                       f"{s / link:.2f}  (best {min(times):.3f} s; {sent / 1e6:.1f} MB broadcast; ready "
                       f"{ready * 1e3:.0f} ms, broadcast {bcast * 1e3:.0f} ms, done {done * 1e3:.0f} ms)", flush=True)
@@ -294,8 +294,8 @@ def main() -> None:
             target = f"; target <= {TARGET_RATIO}" if path == "collective" and name == "qwen1.5b" else ""
             print(f"  {name} {path}: ratio to the link, median {statistics.median(rs):.2f} over {len(rs)} round(s) "
                   f"(spread {min(rs):.2f}-{max(rs):.2f}){target}", flush=True)
-        if name == "tiny" and "collective" in extra:
-            ms = [x * 1e3 for x in extra["collective"]]
+        if name == "tiny" and "collective" in over_link:
+            ms = [x * 1e3 for x in over_link["collective"]]
             print(f"  tiny collective: fixed cost over the link {statistics.median(ms):.1f} ms median "
                   f"(spread {min(ms):.1f}-{max(ms):.1f}); target < {TARGET_FIXED_MS} ms", flush=True)
 

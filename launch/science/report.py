@@ -80,7 +80,8 @@ def write_csv(results: list[CheckResult], path: Path) -> Path:
             v = r.verdict
             w.writerow({"finding": r.finding.key, "claim": r.claim, "statistic": r.statistic, "arm_a": r.arm_a or "0",
                         "arm_b": r.arm_b, "expect": r.expect, "paper": r.paper, "verdict": v.verdict,
-                        "effect": _num(v.effect), "half_width_95": _num(v.half_width), "spread": _num(v.spread), "seeds": v.n, "t": _num(v.t),
+                        "effect": _num(v.effect), "half_width_95": _num(v.half_width), "spread": _num(v.spread),
+                        "seeds": v.n, "t": _num(v.t),
                         "stat_a_per_seed": " ".join(_num(x) for x in v.a),
                         "stat_b_per_seed": " ".join(_num(x) for x in v.b), "source": r.finding.source})
     return path

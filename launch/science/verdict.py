@@ -137,14 +137,14 @@ class Verdict:
         """Half-width of the two-sided 95% t-interval of the effect (NaN below 2 seeds)."""
         if self.n < 2 or not math.isfinite(self.spread):
             return math.nan
-        return t95(self.n - 1) * self.spread / math.sqrt(self.n)
+        return half_width(self.spread, self.n)
 
-    def seeds_for(self, half_width: float = POWER_HALF_WIDTH) -> int | None:
-        """Seeds this spread would need for a 95% half-width within ``half_width`` (None without a spread)."""
+    def seeds_for(self, target: float = POWER_HALF_WIDTH) -> int | None:
+        """Seeds this spread would need for a 95% half-width within ``target`` (None without a spread)."""
         if self.n < 2 or not math.isfinite(self.spread):
             return None
         n = 2
-        while t95(n - 1) * self.spread / math.sqrt(n) > half_width and n < 10_000:
+        while half_width(self.spread, n) > target and n < 10_000:
             n += 1
         return n
 
@@ -154,6 +154,11 @@ class Verdict:
         if self.half_width > POWER_HALF_WIDTH and (need := self.seeds_for()) is not None:
             text += f"; wider than ± {POWER_HALF_WIDTH}: about {need} seeds at this spread would reach it"
         return text
+
+
+def half_width(spread: float, n: int) -> float:
+    """Half-width of the two-sided 95% t-interval of a mean over ``n`` values of standard deviation ``spread``."""
+    return t95(n - 1) * spread / math.sqrt(n)
 
 
 def t95(dof: int) -> float:
