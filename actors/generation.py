@@ -290,7 +290,8 @@ class GenerationActorImpl:
         Groups being scored: until one is scored (or a short while: a prompt may arrive meanwhile).
         Idle: until a prompt or a version is appended after ``tails`` (``buffer.wake``), at most
         ``idle_poll_ms`` (a dead actor's prompts become reclaimable without an append). A version
-        published but not loaded yet (a collective send not yet here) is retried within 20 ms."""
+        published but not loaded yet is retried within 20 ms; a pushing transport's send (the
+        collective) is joined the moment the learner announces it, which waits for this actor."""
         if self._stop.is_set():
             return
         if self._scoring:
@@ -300,6 +301,9 @@ class GenerationActorImpl:
             return
         due = self._published()[0] > self.version and not self._pinned_busy()
         if self._took_all or any(self._servable(h.prompt) for h in self._held):
+            return
+        if due and self.transport.pushes:
+            self.transport.wait_for_send(0.02)
             return
         wait_for_entries(self.buffer.client, tails, 20 if due else self.cfg.idle_poll_ms)
 

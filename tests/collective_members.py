@@ -119,7 +119,7 @@ def member_main(transport, actor_id: str, die_at: tuple[int, int] | None = None,
         if transport._receiver.stats is not reported:          # a new load completed
             reported = transport._receiver.stats
             hub.set_json(f"test/{actor_id}/v{version}", llm.model.checksums())
-        time.sleep(0.01)
+        transport.wait_for_send(0.01)        # an idle GenerationActor's wait (``_wait_for_work``)
 
 
 def weights(version: int, device: str = "cpu") -> list[tuple[str, torch.Tensor]]:

@@ -124,6 +124,8 @@ class WeightTransport(Protocol):
 
     upkeep_s: float | None   # how often the learner calls ``after_announce(catch_up=True)`` while
                              # waiting for data when ``learner_status()["pending"]`` (None: never)
+    pushes: bool             # True: the learner sends each version to the actors (they wait for the
+                             # send); False: an actor fetches a published version itself
 
     # ---- learner side (every rank)
     def bind_learner(self, rank: int, host: str, device: str) -> WeightTransport:
@@ -149,6 +151,10 @@ class WeightTransport(Protocol):
 
     def poll(self, llm, have: int, published: tuple[int, str], force: bool = False) -> int:
         """Between engine steps: load what is due; returns the version the engine now holds."""
+
+    def wait_for_send(self, timeout_s: float) -> bool:
+        """A pushing transport, an idle actor whose published version is not loaded yet: block until
+        the learner announces a send (True: poll now), at most ``timeout_s`` (False)."""
 
     @property
     def consistent(self) -> bool:

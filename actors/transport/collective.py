@@ -30,6 +30,7 @@ from actors.transport import WeightTransferError, as_source, parse_location_vers
 
 class CollectiveTransport:
     scheme = "collective"
+    pushes = True            # learner rank 0 sends each version; an actor joins the send at a poll
 
     def __init__(self, run_id: str, cfg: CollectiveConfig | None = None, address: tuple[str, int] | None = None):
         self.run_id, self.cfg, self.address = run_id, cfg or CollectiveConfig(), address
@@ -102,6 +103,11 @@ class CollectiveTransport:
             raise WeightTransferError("poll before attach: the actor never registered with the learner's hub")
         loaded = self._receiver.poll(llm)
         return have if loaded is None else loaded
+
+    def wait_for_send(self, timeout_s: float) -> bool:
+        if self._receiver is None:
+            raise WeightTransferError("wait_for_send before attach: the actor never registered with the learner's hub")
+        return self._receiver.wait_for_send(timeout_s)
 
     @property
     def consistent(self) -> bool:

@@ -145,21 +145,41 @@ class Hub:
         """Wait until every key exists; return those still missing at the deadline ([] = all there).
 
         ``give_up(missing)`` may end the wait early (e.g. every missing member's heartbeat is
-        stale); ``tick()`` runs every ``tick_s`` (e.g. an actor keeping its prompts alive). Polls
-        with a short backoff (1 to 5 ms): TCPStore's own timed wait logs a warning per timeout.
+        stale); ``tick()`` runs every ``tick_s`` (e.g. an actor keeping its prompts alive).
+        """
+        missing = list(keys)
+
+        def arrived() -> bool:
+            missing[:] = [k for k in missing if not self.has(k)]
+            return not missing
+
+        self.wait_for(arrived, timeout_s, give_up=None if give_up is None else lambda: give_up(missing),
+                      tick=tick, tick_s=tick_s)
+        return missing
+
+    @staticmethod
+    def wait_for(done: Callable[[], bool], timeout_s: float, give_up: Callable[[], bool] | None = None,
+                 tick: Callable[[], None] | None = None, tick_s: float = 0.25) -> bool:
+        """Poll ``done()`` until it is True (returns True) or the deadline / ``give_up()`` (False).
+
+        The pause starts at 0.2 ms and doubles to 5 ms: an answer that comes at once (a member
+        waiting for the send, the learner waiting for its ready) is seen within a fraction of a
+        millisecond, a long wait costs one store round trip per 5 ms. TCPStore's own timed wait
+        logs a warning per timeout, so it is not used.
         """
         deadline = time.monotonic() + timeout_s
         next_tick = time.monotonic() + tick_s
-        missing, pause = list(keys), 0.001
+        pause = 0.0002
         while True:
-            missing = [k for k in missing if not self.has(k)]
+            if done():
+                return True
             now = time.monotonic()
-            if not missing or now >= deadline:
-                return missing
+            if now >= deadline:
+                return False
             if now >= next_tick:
                 next_tick = now + tick_s
-                if give_up is not None and give_up(missing):
-                    return missing
+                if give_up is not None and give_up():
+                    return False
                 if tick is not None:
                     tick()
             time.sleep(min(pause, max(deadline - now, 0.0)))

@@ -50,6 +50,7 @@ class RayObjectStoreTransport:
 
     scheme = "ray"
     upkeep_s = None         # nothing to maintain: any actor can fetch any kept version by name
+    pushes = False          # an actor fetches a published version itself
 
     def __init__(self, run_id: str, keep: int = 2):
         self.store_name = f"lagrl-weights-{run_id}"
@@ -122,6 +123,9 @@ class RayObjectStoreTransport:
             self.load_into(llm, location)
             return version
         return have
+
+    def wait_for_send(self, timeout_s: float) -> bool:
+        return False            # nothing is sent: ``poll`` fetches the published version
 
     def load_into(self, llm, location: str) -> None:
         """Fetch the version, stage it in shared memory, load it through the engine's weight transfer."""

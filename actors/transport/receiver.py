@@ -58,6 +58,12 @@ class CollectiveReceiver:
             return None                            # not in this group: a catch-up will come
         return self._join(llm, send, rank_offset=me[2])
 
+    def wait_for_send(self, timeout_s: float) -> bool:
+        """Block until the learner announces a send after the last one handled (True), at most
+        ``timeout_s``: the learner waits for this member's ``ready``, so an idle member that slept
+        through the announcement would add its sleep to every version's handshake."""
+        return self.hub.wait_for(lambda: self.hub.get_json("send", {"seq": 0})["seq"] > self.seen, timeout_s)
+
     def _join(self, llm, send: dict, rank_offset: int) -> int | None:
         seq, version, gen = send["seq"], send["version"], send["gen"]
         self.hub.store.set(f"s{seq}/ready/{self.actor_id}", "1")

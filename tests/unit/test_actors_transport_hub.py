@@ -94,6 +94,32 @@ def test_wait_keys_returns_the_missing_and_can_give_up_early(hub):
     assert hub.wait_keys(["k/a"], timeout_s=0.1) == []
 
 
+def test_an_idle_member_sees_a_send_within_a_millisecond_not_at_its_next_poll(hub):
+    """The learner's handshake waits for every member's ready: a member that slept through the
+    announcement would add its sleep to each version's fixed cost (issue 32: < 10 ms in all)."""
+    import threading
+
+    from actors.transport.receiver import CollectiveReceiver
+
+    receiver = CollectiveReceiver(CollectiveConfig(), hub.host, hub.port, "gen-0", workers=1)
+    t0 = time.monotonic()
+    assert receiver.wait_for_send(0.05) is False                 # nothing announced: the whole timeout
+    assert 0.05 <= time.monotonic() - t0 < 1.0
+    announced = []
+
+    def announce():
+        time.sleep(0.1)
+        announced.append(time.monotonic())
+        hub.set_json("send", {"seq": 1, "members": []})
+
+    threading.Thread(target=announce).start()
+    assert receiver.wait_for_send(5.0) is True
+    seen_after = time.monotonic() - announced[0]
+    assert seen_after < 0.025, f"saw the send {seen_after * 1e3:.1f} ms after it was announced"
+    receiver.seen = 1                                             # handled: the same send does not wake it again
+    assert receiver.wait_for_send(0.02) is False
+
+
 def test_get_json_never_blocks_and_delete(hub):
     assert hub.get_json("nothing", default={"seq": 0}) == {"seq": 0}
     hub.set_json("x", [1, 2])
