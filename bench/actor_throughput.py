@@ -63,6 +63,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.paired import ROUNDS, ratio_line  # noqa: E402
+
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,7 +72,8 @@ def parse_args() -> argparse.Namespace:
                    help="prompts per timed phase (tiny-model answers average ~7 tokens: ~15 s a phase here)")
     p.add_argument("--group-size", type=int, default=16, help="responses per prompt (n)")
     p.add_argument("--max-tokens", type=int, default=64, help="response budget per sample")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds (one phase per side); the median ratio counts")
+    p.add_argument("--repeats", type=int, default=ROUNDS, help="timed paired rounds (one phase per side); the "
+                   "median ratio and its spread count")
     p.add_argument("--warmup-prompts", type=int, default=32, help="prompts of the untimed warm-up phase per side")
     p.add_argument("--max-prompts-in-flight", type=int, default=64, help="ActorConfig.max_prompts_in_flight")
     p.add_argument("--max-model-len", type=int, default=256, help="engine context length (tiny model: 256)")
@@ -288,9 +291,8 @@ def main() -> int:
     for side in sides[:-1]:
         ratios = [r[side] / r["bare"] for r in rounds]
         cpu_ratios = [r[f"{side}_cpu"] / r["bare_cpu"] for r in rounds]
-        verdict = "meets" if statistics.median(ratios) >= 0.9 else "BELOW"
-        print(f"ratio {side}/bare: wall per round {fmt(ratios, '.3f')} -> target 0.90: {verdict}; "
-              f"per engine-CPU-second {fmt(cpu_ratios, '.3f')}")
+        print(ratio_line(f"{side}/bare (tokens/s, wall)", ratios))
+        print(f"  per engine-CPU-second {fmt(cpu_ratios, '.3f')}")
     return 0
 
 

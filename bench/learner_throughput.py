@@ -1,4 +1,4 @@
-"""Learner train-path throughput vs a bare DeepSpeed loop on the same batches (target ratio >= 0.9).
+"""Learner train-path throughput vs a bare DeepSpeed loop on the same batches (target ratio >= 0.95).
 
     .venv/bin/python bench/learner_throughput.py                         # tiny world model (CPU, fp32)
     .venv/bin/python bench/learner_throughput.py --hidden 256 --layers 4 --vocab 8192 --seq-len 256
@@ -8,9 +8,10 @@
 token-level clipped PPO loss with global token normalisation, hand-set accumulation boundary,
 DeepSpeed backward + step (clip 1.0, AdamW). "bare" = the same DeepSpeed config, model and
 micro-batches (collated once, up front) with a summed cross-entropy over the same response
-tokens / T. Both run in this process as a one-rank gloo (or nccl) group; timings are
-interleaved (ours, bare, ours, ...) so load from other processes hits both alike; the median
-and the best per-update time are reported (best is the steadier figure on a shared machine).
+tokens / T. Both run in this process as a one-rank gloo (or nccl) group. ``--rounds`` paired
+rounds, each ``--updates`` updates of both sides interleaved (ours, bare, bare, ours, ...) so load
+from other processes hits both alike; a round's ratio is bare's median update time over ours, and
+the figure is the median ratio over the rounds with its spread (``bench/paired.py``).
 Throughput = loss (response) tokens per second.
 """
 
@@ -26,6 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.paired import ROUNDS, ratio_line  # noqa: E402
+
 
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,7 +39,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=64, help="max response length (lengths uniform in [len/2, len])")
     ap.add_argument("--micro-batch-tokens", type=int, default=1024)
-    ap.add_argument("--updates", type=int, default=10, help="timed updates per variant (after 1 warm-up)")
+    ap.add_argument("--updates", type=int, default=6, help="timed updates per side in each round")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="paired rounds; the median ratio and its spread count")
     ap.add_argument("--entropy-coef", type=float, default=1e-3, help="alpha > 0 also backprops the entropy")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
@@ -100,27 +104,32 @@ def main() -> None:
     def step_bare() -> None:
         bare_update(bare, collated, tokens)
 
-    times: dict[str, list[float]] = {"ours": [], "bare": []}
-    for k in range(args.updates + 1):
-        for name, fn in (("ours", step_ours), ("bare", step_bare)) if k % 2 == 0 else (("bare", step_bare), ("ours", step_ours)):
-            if args.device == "cuda":
-                torch.cuda.synchronize()
-            t = time.perf_counter()
-            fn()
-            if args.device == "cuda":
-                torch.cuda.synchronize()
-            if k:                                     # update 0 is the warm-up
-                times[name].append(time.perf_counter() - t)
-    n_params = sum(p.numel() for p in ours.engine.module.parameters())
-    tps = {k: tokens / statistics.median(v) for k, v in times.items()}
-    best = {k: tokens / min(v) for k, v in times.items()}
-    print(f"model {n_params / 1e6:.2f}M params, vocab {vocab}, {len(rows)} rows, {tokens} loss tokens/update, "
-          f"{len(mbs)} micro-batches, threads {torch.get_num_threads()}, device {args.device}")
-    for k in ("ours", "bare"):
-        print(f"{k:>5}: {tps[k]:10.0f} trained tokens/s median, {best[k]:10.0f} best  "
-              f"({statistics.median(times[k]) * 1e3:.1f} / {min(times[k]) * 1e3:.1f} ms per update, {len(times[k])} runs)")
-    print(f"ratio ours/bare = {tps['ours'] / tps['bare']:.3f} (median), {best['ours'] / best['bare']:.3f} (best)")
+    def timed(fn) -> float:
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
 
+    step_ours(), step_bare()                          # warm-up: allocator, optimizer state
+    n_params = sum(p.numel() for p in ours.engine.module.parameters())
+    print(f"model {n_params / 1e6:.2f}M params, vocab {vocab}, {len(rows)} rows, {tokens} loss tokens/update, "
+          f"{len(mbs)} micro-batches, threads {torch.get_num_threads()}, device {args.device}", flush=True)
+    ratios = []
+    for rnd in range(args.rounds):
+        times: dict[str, list[float]] = {"ours": [], "bare": []}
+        for k in range(args.updates):
+            order = (("ours", step_ours), ("bare", step_bare)) if k % 2 == 0 else (("bare", step_bare), ("ours", step_ours))
+            for name, fn in order:
+                times[name].append(timed(fn))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        ratios.append(med["bare"] / med["ours"])
+        print(f"round {rnd}: ours {tokens / med['ours']:8.0f} tokens/s ({med['ours'] * 1e3:.1f} ms/update), "
+              f"bare {tokens / med['bare']:8.0f} tokens/s ({med['bare'] * 1e3:.1f} ms/update), "
+              f"ratio {ratios[-1]:.3f}", flush=True)
+    print(ratio_line("learner/bare DeepSpeed (trained tokens/s)", ratios))
 
 if __name__ == "__main__":
     main()
