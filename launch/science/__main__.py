@@ -2,6 +2,7 @@
 
     .venv/bin/python -m launch.science                          # every finding, 3 seeds, 20 steps, the CPU worlds
     .venv/bin/python -m launch.science --findings reuse temperature --seeds 3 --steps 40
+    .venv/bin/python -m launch.science --seeds 5 reuse=10                   # 10 seeds for reuse, 5 for the rest
     .venv/bin/python -m launch.science --full --out runs/science-gpu   # the paper-scale presets (GPU cluster)
     .venv/bin/python -m launch.science --report-only --out runs/science  # rebuild the report from its runs
 
@@ -33,10 +34,25 @@ def _fair(findings: list[Finding], world: str | None, steps: int) -> dict[str, t
     return out
 
 
+def parse_seeds(values: list[str], keys: list[str]) -> tuple[int, dict[str, int]]:
+    """``["5", "reuse=10"]`` -> (5, {"reuse": 10}): a default seed count and per-finding ones."""
+    default, per = 3, {}
+    for v in values:
+        key, eq, n = v.rpartition("=")
+        if not n.isdigit() or int(n) < 1 or (eq and key not in keys):
+            raise SystemExit(f"--seeds {v!r}: give N or FINDING=N with N >= 1 and FINDING one of {keys}")
+        if eq:
+            per[key] = int(n)
+        else:
+            default = int(n)
+    return default, per
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--findings", nargs="+", default=["all"], help=f"{[f.key for f in FINDINGS]} or all")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per arm (>= 2 for a verdict; 3 by default)")
+    ap.add_argument("--seeds", nargs="+", default=["3"], help="seeds per arm (>= 2 for a verdict; 3 by default), "
+                    "and per finding as FINDING=N, e.g. '5 reuse=10'")
     ap.add_argument("--steps", type=int, default=20, help="learner steps per run (20: the reuse finding alone, "
                     "10 seeds, took 48 min on 2 cores; every finding with 3 seeds is estimated at 2.5-3 h)")
     ap.add_argument("--world", choices=("tiny", "reasoning", "routes"), default=None,
@@ -58,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     from launch.science.runner import one_run_per_config, read_rows, run_all, spec_for
 
     chosen = list(FINDINGS) if args.findings == ["all"] else [finding(k) for k in args.findings]
+    default_seeds, per_finding = parse_seeds(args.seeds, [f.key for f in FINDINGS])
+    seeds = {f.key: per_finding.get(f.key, default_seeds) for f in chosen}
     world_of = {f.key: None if args.full else (args.world or f.world) for f in chosen}
     chosen = [replace(f, overrides=(*f.overrides, *extra)) for f in chosen]
     fair = {f.key: f.overrides for f in chosen} if args.full else {}
@@ -66,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             fair.update(_fair([f], world_of[f.key], args.steps))
     fair_findings = [replace(f, overrides=fair[f.key], world=world_of[f.key] or f.world) for f in chosen]
     specs = one_run_per_config({(f.key, arm.name, seed): spec_for(f, arm, seed, args.steps, world_of[f.key])
-                                for f in fair_findings for arm in f.arms for seed in range(args.seeds)})
+                                for f in fair_findings for arm in f.arms for seed in range(seeds[f.key])})
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     if not args.report_only:
@@ -83,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         rows_by_arm = {}
         for arm in f.arms:
             runs = []
-            for seed in range(args.seeds):
+            for seed in range(seeds[f.key]):
                 path = args.out / "runs" / specs[(f.key, arm.name, seed)].key
                 runs.append(read_rows(path) if (path / "summary.json").exists() else None)   # keeps seed order
             rows_by_arm[arm.name] = runs
@@ -93,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             dose_figures[f.key] = dose
     lrs = ", ".join(f"{f.key} lr {f.overrides[f.overrides.index('--learner.lr') + 1]}" for f in fair_findings
                     if "--learner.lr" in f.overrides)
-    preamble = (f"{args.seeds} seeds per arm, {args.steps} learner steps per run, "
+    more = ", ".join(f"{k} {n}" for k, n in seeds.items() if n != default_seeds)
+    preamble = (f"{default_seeds} seeds per arm{f' ({more})' if more else ''}, {args.steps} learner steps per run, "
                 f"{'paper-scale presets' if args.full else 'CPU worlds'}; one learning rate per comparison "
                 f"({lrs or 'the presets'}). Verdict: a two-sided 95% t-interval of the mean paired (by seed) "
                 f"difference on the expected side of 0 (agrees), on the other (disagrees), or containing 0; a dose-"

@@ -171,3 +171,14 @@ def test_t95_beyond_ten_degrees_of_freedom():
     for dof, exact in ((11, 2.201), (13, 2.160), (20, 2.086), (30, 2.042), (40, 2.021), (60, 2.000),
                        (120, 1.980)):
         assert t95(dof) == pytest.approx(exact, abs=1e-3), dof
+
+
+def test_seeds_per_finding_on_the_command_line():
+    from launch.science.__main__ import parse_seeds
+
+    keys = ["reuse", "lag"]
+    assert parse_seeds(["5", "reuse=10"], keys) == (5, {"reuse": 10})
+    assert parse_seeds(["lag=4"], keys) == (3, {"lag": 4})            # the default stays 3
+    for bad in (["reuse=0"], ["five"], ["typo=4"]):
+        with pytest.raises(SystemExit, match="FINDING=N"):
+            parse_seeds(bad, keys)
