@@ -72,6 +72,10 @@ class DataConfig(BaseModel):
     eval_every: int = Field(0, ge=0, description="Learner steps between avg@n evaluations (0 = only before and after).")
     eval_n: int = Field(4, ge=1, description="Samples per held-out problem for avg@n (AIME: 32).")
     eval_max_problems: int = Field(256, ge=1, description="Cap on held-out problems per evaluation.")
+    over_issue_waste: float = Field(
+        0.01, ge=0.0, le=0.2, description="Extra prompts per step for the groups dynamic sampling is expected "
+        "to reject (rate of recent steps), so fewer replacements wait for a second generation round: as many as "
+        "keep the expected stale surplus within this fraction of the step's groups (0 = replacements only).")
 
     def stage_at(self, step: int) -> tuple[int, int]:
         """(stage index, response budget) at learner ``step``; the last stage runs to the end."""

@@ -193,7 +193,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
         feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=cfg.learner.batch.rollout_batch,
                               group_size=cfg.group_size, temperature=cfg.temperature,
                               max_model_len=cfg.actors.max_model_len, stage_at=cfg.data.stage_at,
-                              seed=cfg.seed)
+                              seed=cfg.seed, over_issue_waste=cfg.data.over_issue_waste)
         stats = PromptStats(buffer)
         evaluator = None
         if eval_problems:

@@ -15,9 +15,11 @@ publishes, while it reads, how many of the groups it could not use (``lost``: ze
 stale, filtered; strict on-policy and fixed lag count only the step's own groups) in
 ``learner_need`` (meta hash, with a wake-up on the run's signals stream), and the feeder issues
 one new prompt for the step per lost group at once, while the rest of the batch still generates.
-So the step never has more prompts than it can use: nothing ends up stale in strict on-policy
-mode (a fixed 1.5x top-up once everything was answered left 3-5% of the groups stale and cost a
-second round trip per step). A shortfall nobody reports as lost (a prompt dead-lettered by an
+A replacement is generated after the rest of the batch, a second round on the step's critical
+path, so each batch also gets a few extra prompts up front (``launch.run.over_issue``): as many
+as the rejection rate of recent steps lets through within a waste budget (``over_issue_waste``,
+the expected fraction of a step's groups left over and stale in strict on-policy mode; a fixed
+1.5x top-up once everything was answered left 3-5% of the groups stale). A shortfall nobody reports as lost (a prompt dead-lettered by an
 actor, a resumed run) is topped up by the learner's need once everything that can be answered
 was (``learner_need`` newer than that moment), or by D_R/2 without any hint after ``hint_wait_s``.
 Prompts that cannot fit the context are dead-lettered here with a reason, never dropped silently.
@@ -37,6 +39,7 @@ from buffer.messages import PromptMsg
 from buffer.wake import stream_tails, wait_for_entries
 from buffer.versions import StepClock
 from launch.run.data import PromptRenderer
+from launch.run.over_issue import RejectRate, extra_prompts
 from rewards.problems import Problem
 
 
@@ -44,6 +47,7 @@ from rewards.problems import Problem
 class _StepState:
     issued: int = 0
     replaced: int = 0                  # new prompts issued for groups the learner reported lost
+    extra: int = 0                     # prompts issued with the batch for the losses expected
     min_version: int = 0               # the version its prompts need (issued ahead: not yet published)
     answered_at: float | None = None   # unix time all issued prompts were first seen answered
 
@@ -53,6 +57,7 @@ class FeedStats:
     issued: int = 0
     too_long: int = 0
     filtered_solved: int = 0
+    over_issued: int = 0               # extra prompts issued with the batches (launch.run.over_issue)
     per_step: dict[int, _StepState] = field(default_factory=dict)
 
 
@@ -60,8 +65,9 @@ class PromptFeeder:
     def __init__(self, buffer, problems: list[Problem], renderer: PromptRenderer, *, rollout_batch: int,
                  group_size: int, temperature: float, max_model_len: int,
                  stage_at: Callable[[int], tuple[int, int]], seed: int = 0, hint_wait_s: float = 2.0,
-                 issue_ahead: int = 1):
-        """``issue_ahead``: unpinned steps issued before their version is published (module docstring)."""
+                 issue_ahead: int = 1, over_issue_waste: float = 0.0):
+        """``issue_ahead``: unpinned steps issued before their version is published; ``over_issue_waste``:
+        the expected stale fraction extra prompts may cost (0: none; module docstring)."""
         self.buffer, self.renderer = buffer, renderer
         self.rollout_batch = rollout_batch
         # what every prompt asks the actors for (the run's settings)
@@ -73,6 +79,8 @@ class PromptFeeder:
         self.solved: set[str] = set()             # online filter: accuracy reached 1
         self.hint_wait_s = hint_wait_s
         self.issue_ahead = issue_ahead
+        self.over_issue_waste = over_issue_waste
+        self.reject_rate = RejectRate()
         self.stats = FeedStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -129,16 +137,22 @@ class PromptFeeder:
         clock = StepClock(**meta["learner_clock"])
         learner_step = clock.step_at(version)
         ahead = self.issue_ahead if clock.fixed_lag is None else 0   # a pin must exist when it is taken
+        need = meta.get("learner_need")
+        if isinstance(need, dict) and need.get("groups") == 0 and "step" in need:
+            self.reject_rate.record(need["step"], self.rollout_batch, need.get("lost", 0))   # a step collected
         for step in range(learner_step, clock.newest_admissible_step(version) + ahead + 1):
             if step not in self.stats.per_step:
-                self.issue(step, self.rollout_batch, clock)
+                extra = extra_prompts(self.rollout_batch, self.reject_rate.rate, self.over_issue_waste)
+                self.issue(step, self.rollout_batch + extra, clock)
+                self.stats.per_step[step].extra = extra
+                self.stats.over_issued += extra
         state = self.stats.per_step[learner_step]
-        need = meta.get("learner_need")
         need = need if isinstance(need, dict) and need.get("step") == learner_step else None
-        if need is not None and need.get("lost", 0) > state.replaced:
+        owed = 0 if need is None else need.get("lost", 0) - state.extra    # the extras cover the first losses
+        if owed > state.replaced:
             # one new prompt per group the learner could not use: the step keeps exactly D_R usable ones
-            self.issue(learner_step, need["lost"] - state.replaced, clock)
-            state.replaced = need["lost"]     # too-long ones were dead-lettered: the need fallback covers them
+            self.issue(learner_step, owed - state.replaced, clock)
+            state.replaced = owed             # too-long ones were dead-lettered: the need fallback covers them
         if self._answerable_outstanding(version) > 0:
             state.answered_at = None
             return

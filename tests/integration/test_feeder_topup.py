@@ -24,7 +24,7 @@ def buf(redis_server, run_id):
     buffer.close()
 
 
-def _feeder(buf, tiny_world, hint_wait_s: float, issue_ahead: int = 1) -> PromptFeeder:
+def _feeder(buf, tiny_world, hint_wait_s: float, issue_ahead: int = 1, over_issue_waste: float = 0.0) -> PromptFeeder:
     from transformers import AutoTokenizer
 
     renderer = PromptRenderer(AutoTokenizer.from_pretrained(str(tiny_world.model_dir)), chat_template=False,
@@ -34,7 +34,7 @@ def _feeder(buf, tiny_world, hint_wait_s: float, issue_ahead: int = 1) -> Prompt
     buf.set_meta(learner_clock=StepClock().to_dict())      # strict on-policy: one update per step, lag 0
     return PromptFeeder(buf, problems, renderer, rollout_batch=D_R, group_size=2, temperature=1.0,
                         max_model_len=256, stage_at=lambda step: (0, 16), hint_wait_s=hint_wait_s,
-                        issue_ahead=issue_ahead)
+                        issue_ahead=issue_ahead, over_issue_waste=over_issue_waste)
 
 
 def _answer_all(buf: RunBuffer) -> int:
@@ -74,6 +74,26 @@ def test_each_lost_group_is_replaced_at_once_by_one_prompt(buf, tiny_world):
     _need(buf, 0, lost=3)               # the learner has its D_R valid groups: no top-up
     feeder.tick()
     assert feeder.stats.per_step[0].issued == D_R + 3 and feeder.outstanding() == 0
+
+
+def test_a_step_after_rejections_gets_extra_prompts_and_replaces_only_losses_beyond_them(buf, tiny_world):
+    """Step 0 lost 4 of 12 groups read (rate 1/3): step 1 gets D_R + 1 prompts (launch.run.over_issue:
+    e = 2 would leave an expected 0.121 groups over, more than 1% of 10), and its first loss is
+    covered by the extra prompt, its second replaced."""
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0, issue_ahead=0, over_issue_waste=0.01)
+    feeder.tick()
+    assert feeder.stats.per_step[0].issued == D_R                   # no rate measured yet: no extras
+    _need(buf, 0, lost=4)                                           # step 0 collected: 8 used, 4 lost
+    buf.publish_version(1, "test://weights/1")
+    buf.set_meta(learner_clock=StepClock(step=1, version=1).to_dict())
+    feeder.tick()
+    assert feeder.stats.per_step[1].issued == D_R + 1 and feeder.stats.over_issued == 1
+    _need(buf, 8, step=1, lost=1)
+    feeder.tick()
+    assert feeder.stats.per_step[1].issued == D_R + 1              # the extra prompt covers it
+    _need(buf, 7, step=1, lost=2)
+    feeder.tick()
+    assert feeder.stats.per_step[1].issued == D_R + 2              # one replacement for the loss beyond it
 
 
 def test_an_unreported_shortfall_is_topped_up_by_the_need_after_a_fresh_hint(buf, tiny_world):
