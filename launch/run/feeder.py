@@ -19,9 +19,10 @@ A replacement is generated after the rest of the batch, a second round on the st
 path, so each batch also gets a few extra prompts up front (``launch.run.over_issue``): as many
 as the rejection rate of recent steps lets through within a waste budget (``over_issue_waste``,
 the expected fraction of a step's groups left over and stale in strict on-policy mode; a fixed
-1.5x top-up once everything was answered left 3-5% of the groups stale). A shortfall nobody reports as lost (a prompt dead-lettered by an
-actor, a resumed run) is topped up by the learner's need once everything that can be answered
-was (``learner_need`` newer than that moment), or by D_R/2 without any hint after ``hint_wait_s``.
+1.5x top-up once everything was answered left 3-5% of the groups stale). A shortfall nobody
+reports as lost (a prompt dead-lettered by an actor, a resumed run) is topped up by the learner's
+need once everything that can be answered was (``learner_need`` newer than that moment), or by
+D_R/2 without any hint after ``hint_wait_s``.
 Prompts that cannot fit the context are dead-lettered here with a reason, never dropped silently.
 """
 
