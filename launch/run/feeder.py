@@ -58,8 +58,12 @@ class FeedStats:
     issued: int = 0
     too_long: int = 0
     filtered_solved: int = 0
-    over_issued: int = 0               # extra prompts issued with the batches (launch.run.over_issue)
     per_step: dict[int, _StepState] = field(default_factory=dict)
+
+    @property
+    def over_issued(self) -> int:
+        """Extra prompts issued with the batches (launch.run.over_issue)."""
+        return sum(s.extra for s in self.per_step.values())
 
 
 class PromptFeeder:
@@ -146,7 +150,6 @@ class PromptFeeder:
                 extra = extra_prompts(self.rollout_batch, self.reject_rate.rate, self.over_issue_waste)
                 self.issue(step, self.rollout_batch + extra, clock)
                 self.stats.per_step[step].extra = extra
-                self.stats.over_issued += extra
         state = self.stats.per_step[learner_step]
         need = need if isinstance(need, dict) and need.get("step") == learner_step else None
         owed = 0 if need is None else need.get("lost", 0) - state.extra    # the extras cover the first losses

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 
-MAX_EXTRA_FRACTION = 1.0       # never more than D_R extra prompts, whatever p says
-
 
 def expected_surplus(extra: int, issued: int, p: float) -> float:
     """E[max(extra - L, 0)] for L ~ Binomial(issued, p): the extras no rejection used up."""
@@ -34,7 +32,7 @@ def extra_prompts(rollout_batch: int, reject_rate: float, waste_budget: float) -
         return 0
     p = min(reject_rate, 0.99)
     best = 0
-    for e in range(1, int(MAX_EXTRA_FRACTION * rollout_batch) + 1):
+    for e in range(1, rollout_batch + 1):          # never more than D_R extra prompts, whatever p says
         if expected_surplus(e, rollout_batch + e, p) > waste_budget * (rollout_batch + e):
             break                  # the surplus grows with e: no larger e fits either
         best = e

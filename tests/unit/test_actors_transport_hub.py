@@ -94,7 +94,7 @@ def test_wait_keys_returns_the_missing_and_can_give_up_early(hub):
     assert hub.wait_keys(["k/a"], timeout_s=0.1) == []
 
 
-def test_an_idle_member_sees_a_send_within_a_millisecond_not_at_its_next_poll(hub):
+def test_an_idle_member_sees_a_send_within_milliseconds_not_at_its_next_poll(hub):
     """The learner's handshake waits for every member's ready: a member that slept through the
     announcement would add its sleep to each version's fixed cost (issue 32: < 10 ms in all)."""
     import threading
