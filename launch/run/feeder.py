@@ -49,7 +49,9 @@ class _StepState:
     issued: int = 0
     replaced: int = 0                  # new prompts issued for groups the learner reported lost
     extra: int = 0                     # prompts issued with the batch for the losses expected
-    min_version: int = 0               # the version its prompts need (issued ahead: not yet published)
+    # prompts issued per version they need: a step's prompts may carry several, since the clock they were
+    # issued by can change in between (the lag guard switching modes, a step with skipped updates)
+    by_min_version: dict[int, int] = field(default_factory=dict)
     answered_at: float | None = None   # unix time all issued prompts were first seen answered
 
 
@@ -129,7 +131,8 @@ class PromptFeeder:
         self.stats.issued += len(msgs)
         state = self.stats.per_step.setdefault(step, _StepState())
         state.issued += len(msgs)
-        state.min_version = min_version if pin is None else pin
+        needs = min_version if pin is None else pin
+        state.by_min_version[needs] = state.by_min_version.get(needs, 0) + len(msgs)
         return len(msgs)
 
     def tick(self) -> None:
@@ -171,8 +174,13 @@ class PromptFeeder:
             self._top_up(state, learner_step, max(self.rollout_batch // 2, 1), now, clock)
 
     def _answerable_outstanding(self, version: int) -> int:
-        """Outstanding prompts an actor may start now: issued ahead of their version ones wait for it."""
-        waiting = sum(s.issued for s in self.stats.per_step.values() if s.min_version > version)
+        """Outstanding prompts an actor may start now: issued ahead of their version ones wait for it.
+
+        Counted by the version each prompt was stamped with, not the step's latest: prompts issued
+        ahead by an off-policy clock can need a version the step never reaches once the guard
+        switches to on-policy; counted as answerable, they held back every top-up and the run hung."""
+        waiting = sum(n for s in self.stats.per_step.values() for needs, n in s.by_min_version.items()
+                      if needs > version)
         return max(self.outstanding() - waiting, 0)
 
     def _top_up(self, state: _StepState, step: int, count: int, now: float, clock: StepClock) -> None:

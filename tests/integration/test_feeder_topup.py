@@ -163,3 +163,33 @@ def test_unpinned_steps_are_issued_ahead_and_pinned_ones_only_when_their_version
     buf.set_meta(learner_clock=StepClock(step=1, version=1, max_lag=1, fixed_lag=1).to_dict())
     pinned.tick()                                   # steps 1 and 2 (pins 0 and 1): nothing ahead of a pin
     assert sorted(pinned.stats.per_step) == [1, 2]
+
+
+def test_prompts_stamped_by_an_older_clock_do_not_hold_back_a_top_up(buf, tiny_world):
+    """The guard's switch to on-policy can leave a step's prompts, issued ahead by the off-policy clock,
+    needing a version the step never reaches. A later top-up of that step (stamped by the new clock)
+    must not make the feeder count them as answerable: that hung a guarded run (nothing issued, the
+    learner waiting for one group, the actor holding prompts it could not start)."""
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0, issue_ahead=1)
+    buf.set_meta(learner_clock=StepClock(updates_per_step=4, max_lag=4).to_dict())
+    feeder.tick()
+    for v in range(1, 5):                # step 0's four updates: at version 4 step 3 is issued ahead
+        buf.publish_version(v, f"test://weights/{v}")
+        feeder.tick()
+    assert feeder.stats.per_step[3].issued == D_R                       # needing 12 - 4 = 8 (off-policy)
+    buf.set_meta(learner_clock=StepClock(step=1, version=4, updates_per_step=1, max_lag=0).to_dict())
+    for v in (5, 6):                     # on-policy steps 1 and 2: step 3 starts at version 6, not 12
+        buf.publish_version(v, f"test://weights/{v}")
+        feeder.tick()
+    _answer_all(buf)
+    feeder.tick()                        # everything answerable is answered (from now on a need is fresh)
+    _need(buf, D_R, step=3)
+    feeder.tick()                        # nothing step 3 holds can start before version 8: a batch now
+    assert feeder.stats.per_step[3].issued == 2 * D_R
+    assert _answer_all(buf) == D_R
+    feeder.tick()
+    _need(buf, 1, step=3)                # one group short, nothing answerable left: one more
+    feeder.tick()
+    assert feeder.stats.per_step[3].issued == 2 * D_R + 1
+    taken = buf.take_prompts("actor-0", count=100, block_ms=0)
+    assert [(p.step, p.min_version) for _, p in taken] == [(3, 6)]
