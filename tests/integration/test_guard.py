@@ -57,6 +57,7 @@ def _assert_declared_modes(rows: list[dict], events: list[dict]) -> None:
             assert by_step[e["step"] + 1]["mode"] == e["to_mode"]
 
 
+@pytest.mark.slow   # ~40 s; the default run keeps the clip rule's real fallback and return (below)
 def test_entropy_floor_just_below_the_start_falls_back_to_on_policy(ray_local, tmp_path, tiny_world):
     _, _, rows, events = _guarded_run(tmp_path, "floor", 8, [
         "--learner.guard.entropy_floor_start_frac", "0.97", "--learner.guard.start_steps", "2",

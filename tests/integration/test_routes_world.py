@@ -25,6 +25,14 @@ def test_build_is_deterministic(tmp_path):
     assert set(a.manifest["sha256"]) == {"model/tokenizer.json", "model/model.safetensors",
                                          "data/train.jsonl", "data/val.jsonl"}
     assert a.manifest["sampled"] == b.manifest["sampled"]          # the sampled figures too
+
+
+@pytest.mark.slow   # two more quick builds: what the seed changes, not what the default run must prove
+def test_another_seed_builds_another_world(tmp_path):
+    from launch.worlds.routes.build import ensure_routes_world
+
+    quick = dict(max_warmup_steps=3, n_val=16, log=lambda *_: None)
+    a = ensure_routes_world(seed=3, cache_dir=tmp_path / "a", **quick)
     c = ensure_routes_world(seed=4, cache_dir=tmp_path / "c", **quick)
     assert c.manifest["sha256"]["model/model.safetensors"] != a.manifest["sha256"]["model/model.safetensors"]
     assert c.manifest["sha256"]["data/val.jsonl"] != a.manifest["sha256"]["data/val.jsonl"]
