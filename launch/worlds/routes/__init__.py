@@ -8,6 +8,7 @@ to finish correctly than others, so the SFT warm-up leaves a spread-out policy (
     task.py      the problems, the route sampler, the response parser
     warmup.py    SFT on sampled routes until sampled accuracy at τ=1 reaches its target
     sampling.py  what a policy does when sampled: accuracy, entropy, lengths per k, cuts per budget, routes
+    entropy_sources.py  where that entropy sits (form, check, separator, ...): what RL can take away
     build.py     build / cache / manifest (`python -m launch.worlds routes`)
     scale.py     `--routes`: any preset scaled to this world
 
