@@ -40,7 +40,7 @@ from buffer.codec import encode_group
 from buffer.messages import Group
 from buffer.versions import group_lags
 from learner.advantages import compute_advantages
-from learner.errors import PolicyLagError
+from learner.errors import PolicyLagError, StepInterrupted
 from learner.modes import StepMode
 from learner.prime import group_accuracy, outcome_labels, prompt_filter
 from learner.step_path import group_hops
@@ -124,9 +124,11 @@ class Admission:
         # (fixed lag) for a later step; released into the backlog at the start of a step
         self._deferred: list[tuple[int, Entry]] = []
 
-    def collect(self, version: int, step: int, mode: StepMode) -> Collected:
+    def collect(self, version: int, step: int, mode: StepMode,
+                should_stop: Callable[[], bool] | None = None) -> Collected:
         """D_R valid groups for ``step`` at learner ``version`` under ``mode`` (blocks; ``data_timeout_s``
-        bounds it)."""
+        bounds it). ``should_stop()`` is asked after every read that found nothing: True raises
+        StepInterrupted, with the groups already admitted put back first in line (still pending)."""
         cfg, col = self.cfg, Collected(filtered=None if self.cfg.prime is None else 0)
         need = cfg.batch.rollout_batch
         self._release_deferred(version)
@@ -149,6 +151,10 @@ class Admission:
                 self._publish_need(step, need - len(col.entries), col.lost)
             if not got:
                 self._publish_need(step, need - len(col.entries), col.lost)
+                if should_stop is not None and should_stop():
+                    self._backlog.extendleft(reversed(col.entries))
+                    raise StepInterrupted(f"step {step}: stopped while waiting for data "
+                                          f"({len(col.entries)}/{need} valid groups)")
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"step {step}: {len(col.entries)}/{need} valid groups after "
                                        f"{cfg.data_timeout_s}s ({col.read} read)")

@@ -53,6 +53,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import ray
@@ -290,12 +291,13 @@ class Learner:
         elif self.steps_done % self.cfg.checkpoint_every == 0:
             self.save_checkpoint()
 
-    def step(self) -> dict:
-        """One learner step (module docstring); returns its metrics row (also written to the buffer)."""
+    def step(self, should_stop: Callable[[], bool] | None = None) -> dict:
+        """One learner step (module docstring); returns its metrics row (also written to the buffer).
+        ``should_stop()`` True while the step waits for data raises StepInterrupted (nothing trained)."""
         cfg, t0, started = self.cfg, time.monotonic(), time.time()
         mode = self.mode
         anchor = self._published_at.get(mode.clock(self.steps_done, self.version).min_version(self.steps_done))
-        col = self.admission.collect(self.version, self.steps_done, mode)
+        col = self.admission.collect(self.version, self.steps_done, mode, should_stop)
         t_data = time.monotonic()
         plan = self._plan(col)
         t_prep = time.monotonic()

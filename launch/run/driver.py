@@ -103,7 +103,8 @@ class _Stop:
         if self.requested:               # second signal: stop waiting for a clean shutdown
             raise KeyboardInterrupt
         self.requested = True
-        print(f"\n[driver] signal {signum}: finishing the current step, then shutting down", flush=True)
+        print(f"\n[driver] signal {signum}: stopping after the current step (now, if it is still waiting "
+              f"for data; a second signal stops at once)", flush=True)
 
 
 def run(cfg: RunConfig, on_step=None) -> RunResult:
@@ -124,6 +125,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     from launch.run.prompt_stats import PromptStats
     from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, summary_scalars
     from launch.run.tracking import Trackers, check_available, open_trackers
+    from learner.errors import StepInterrupted
     from learner.loop import Learner
     from rewards.problems import append_jsonl
     from rewards.workers import RewardPool
@@ -225,7 +227,11 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
                 feeder.mark_solved(solved)
                 print(f"[driver] stage {stage}: response budget {tokens} tokens; filtered {len(solved)} "
                       f"solved prompts", flush=True)
-            metrics = learner.step()
+            try:
+                metrics = learner.step(should_stop=lambda: stop.requested)
+            except StepInterrupted as exc:        # nothing trained; its groups stay pending for a resume
+                print(f"[driver] {exc}", flush=True)
+                break
             stats.update()
             result.metrics.append(metrics)
             append_jsonl(metrics, run_path / "metrics.jsonl")

@@ -119,3 +119,29 @@ def test_fixed_lag_trains_exactly_k_behind_defers_later_steps_and_drops_staler(r
         ramp.put_group(_spans(make_group(f"v0-{i}", version=0, seed=5 + i), [(0, 0)] * 4))
     col = Admission(cfg, ramp, TrainedLedger(ramp)).collect(version=1, step=1, mode=mode)
     assert [g.group_id for _, g in col.entries] == ["v0-0", "v0-1"]
+
+
+def test_a_stop_while_waiting_for_data_interrupts_the_step_and_keeps_what_it_read(redis_server):
+    """``ray job stop`` while a step waits for groups that may never come (a starved or stuck run): the
+    step ends after the next empty read, nothing is trained, and the group it had admitted is taken
+    first by the next collect (it stays pending in the learner's consumer, so a resumed run reads it)."""
+    import time
+
+    from learner.errors import StepInterrupted
+
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    v = 2
+    buf.put_group(_spans(make_group("first", version=v, seed=1), [(v, v)] * 4))
+    cfg = LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100,
+                        data_timeout_s=30.0)
+    admission = Admission(cfg, buf, TrainedLedger(buf))
+    asked = []
+    t0 = time.monotonic()
+    with pytest.raises(StepInterrupted, match="1/2 valid groups"):
+        admission.collect(version=v, step=v, mode=configured_mode(cfg), should_stop=lambda: asked.append(1) or True)
+    assert len(asked) == 1 and time.monotonic() - t0 < 5.0            # one empty read, not data_timeout_s
+    resumed = RunBuffer.from_url(redis_server.url, buf.run_id)         # what a restarted learner would see
+    assert [g.group_id for _, g in resumed.pending_groups(cfg.consumer)] == ["first"]
+    buf.put_group(_spans(make_group("second", version=v, seed=2), [(v, v)] * 4))
+    col = admission.collect(version=v, step=v, mode=configured_mode(cfg))
+    assert [g.group_id for _, g in col.entries] == ["first", "second"]
