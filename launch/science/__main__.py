@@ -30,7 +30,8 @@ def _fair(findings: list[Finding], world: str | None, steps: int) -> dict[str, t
     out = {}
     for f in findings:
         lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
-        out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)))
+        keep = ("--learner.checkpoint_every", str(steps)) if f.final_model and (world or f.world) == "routes" else ()
+        out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), *keep)
     return out
 
 

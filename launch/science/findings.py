@@ -61,6 +61,7 @@ class Finding:
     overrides: tuple[str, ...] = ()          # for every arm: lr, steps budget, eval
     notes: str = ""
     gpu: dict[str, str] = field(default_factory=dict)   # arm -> paper-scale preset
+    final_model: bool = False                # its routes runs keep their final weights and split their entropy
 
 
 LAG_DOSES = (0, 1, 2, 4, 8)
@@ -79,8 +80,12 @@ FINDINGS: tuple[Finding, ...] = (
                "lower: (4, 64, 16)'s entropy collapses faster than (1, 64, 64)'s and its test accuracy "
                "ends lower (sizes shown in figures, not stated)"),
          Check("reuse-4 ends with a lower accuracy than on-policy", "accuracy_final", ONPOLICY.name, REUSE4.name,
-               "lower", "lower: the off-policy runs' test accuracy ends below the on-policy run's (figures only)")),
-        gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16"}),
+               "lower", "lower: the off-policy runs' test accuracy ends below the on-policy run's (figures only)"),
+         Check("reuse-4 keeps less of its entropy on the decisions that change the reward (direction, form)",
+               "decision_entropy_ratio", ONPOLICY.name, REUSE4.name, "lower",
+               "lower: as the entropy ratio (the paper measures all tokens; in the routes world two thirds of "
+               "the entropy sits in reward-idle check words and separators, which RL leaves alone)")),
+        gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16"}, final_model=True),
     Finding(
         "minibatches", "More mini-batches per rollout batch also speed up collapse", "Skywork-OR1 §4",
         # a preset, not a --learner.batch.mini_batch override: an absolute D_T would be applied after a

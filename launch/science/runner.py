@@ -8,7 +8,9 @@ keeps about one core busy. Arms whose resolved configs are identical (the baseli
 ``reuse1_dr64_dt64``, ``temp_1``, ``entropy_adaptive``) run once per seed and serve every finding
 that names them. A run whose ``summary.json`` exists is done and is not run again, so an
 interrupted report continues where it stopped; a run that fails is recorded with its error and
-the log's tail, and the others go on.
+the log's tail, and the others go on. A routes run that keeps its final weights (a finding with
+``final_model``) is followed by the split of its entropy by grammar part, at the start and the end
+(``launch.worlds.routes.entropy_sources``, ~40 s), which the decision-entropy checks read.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ class RunSpec:
     world: str | None          # "tiny", "reasoning", None = the paper-scale preset as is (--full)
     seed: int
     steps: int
+
+    @property
+    def splits_entropy(self) -> bool:
+        """A routes run that keeps its final weights: where its entropy sits is measured after it (the
+        start and the end, ``ENTROPY_SOURCES``), for the checks on decision entropy."""
+        return self.world == "routes" and "--learner.checkpoint_every" in self.overrides
 
     @property
     def key(self) -> str:
@@ -71,11 +79,36 @@ def one_run_per_config(specs: dict) -> dict:
     return out
 
 
+ENTROPY_SOURCES = "entropy_sources.json"
+
+
 def read_rows(run_path: Path) -> list[dict]:
-    """A finished run's step rows plus its evaluation rows (``launch.run.summary.read_run_rows``)."""
+    """A finished run's step rows plus its evaluation rows (``launch.run.summary.read_run_rows``), and
+    the split of its entropy at the start and the end (``ENTROPY_SOURCES``, a row of its last step) when
+    it was measured."""
     from launch.run.summary import read_run_rows
 
-    return read_run_rows(run_path / "metrics.jsonl")
+    rows = read_run_rows(run_path / "metrics.jsonl")
+    if (path := run_path / ENTROPY_SOURCES).exists():
+        last = max((r["step"] for r in rows if "step" in r), default=0)
+        rows.append({"step": last, "entropy_sources/splits": json.loads(path.read_text())["splits"]})
+    return rows
+
+
+def split_entropy(spec: RunSpec, run_path: Path) -> str | None:
+    """Measure where the entropy of the routes world's warmed-up policy and of the run's final weights
+    sits (``launch.worlds.routes.entropy_sources``, sampled with the run's seed); None, or the error."""
+    from launch.worlds.routes.build import ensure_routes_world
+
+    ckpt = run_path / "checkpoints"
+    if not (ckpt / "latest").exists():
+        return f"{run_path}: no checkpoint (the run must keep its final weights: --learner.checkpoint_every)"
+    final = ckpt / (ckpt / "latest").read_text().strip() / "hf"
+    start = ensure_routes_world(log=lambda *_: None).model_dir
+    proc = subprocess.run([sys.executable, "-m", "launch.worlds.routes.entropy_sources", "--model", str(start),
+                           "--model", str(final), "--seed", str(spec.seed), "--json", str(run_path / ENTROPY_SOURCES)],
+                          capture_output=True, text=True)
+    return None if proc.returncode == 0 else f"entropy split of {run_path}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
 
 
 def _run_one(spec: RunSpec, runs_dir: Path) -> dict:
@@ -88,7 +121,8 @@ def _run_one(spec: RunSpec, runs_dir: Path) -> dict:
                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
     seconds = time.monotonic() - t0
     if rc == 0 and (path / "summary.json").exists():
-        return {"path": str(path), "seconds": seconds, "error": None}
+        return {"path": str(path), "seconds": seconds,
+                "error": split_entropy(spec, path) if spec.splits_entropy else None}
     tail = log_path.read_text(errors="replace")[-2000:]
     return {"path": str(path), "seconds": seconds, "error": f"exit {rc}; {log_path}:\n{tail}"}
 
@@ -100,7 +134,9 @@ def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
     for spec in dict.fromkeys(specs):
         path = runs_dir / spec.key
         if (path / "summary.json").exists():
-            results[spec.key] = {"path": str(path), "error": None,
+            error = (split_entropy(spec, path) if spec.splits_entropy and not (path / ENTROPY_SOURCES).exists()
+                     else None)      # a run done before its split was measured, or whose split failed
+            results[spec.key] = {"path": str(path), "error": error,
                                  "seconds": json.loads((path / "summary.json").read_text())["seconds"]}
         else:
             todo.append(spec)

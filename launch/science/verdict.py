@@ -95,10 +95,24 @@ def truncation_drop_at_stage_starts(rows: Rows) -> float:
     return float(np.mean(drops)) if drops else math.nan
 
 
+def decision_entropy_ratio(rows: Rows) -> float:
+    """Entropy on the tokens whose choice changes the reward (the routes world's direction and form,
+    ``launch.worlds.routes.entropy_sources.DECISIONS``) of the run's final weights over that of the
+    warmed-up policy, both sampled once per validation problem with the run's seed. The all-token
+    ratio mixes these with reward-idle choices RL leaves alone; NaN for a run not measured that way."""
+    from launch.worlds.routes.entropy_sources import decision_entropy
+
+    splits = next((r["entropy_sources/splits"] for r in rows if "entropy_sources/splits" in r), None)
+    if not splits or len(splits) != 2:
+        return math.nan
+    start, end = (decision_entropy(s) for s in splits)
+    return end / start if start > 0 else math.nan
+
+
 STATISTICS: dict[str, Callable[[Rows], float]] = {
     "entropy_ratio": entropy_ratio, "entropy_final": entropy_final, "entropy_target_gap": entropy_target_gap,
     "length_growth": length_growth, "accuracy_final": accuracy_final,
-    "truncation_drop_at_stage_starts": truncation_drop_at_stage_starts,
+    "truncation_drop_at_stage_starts": truncation_drop_at_stage_starts, "decision_entropy_ratio": decision_entropy_ratio,
 }
 REFERENCED = {"entropy_target_gap"}     # statistics that also read the paired run of the other arm
 

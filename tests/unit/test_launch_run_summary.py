@@ -105,10 +105,13 @@ def test_rows_appended_as_the_driver_does_read_back(tmp_path: Path):
 
 
 def test_the_science_report_reads_the_same_rows(tmp_path: Path):
-    from launch.science.runner import read_rows
+    from launch.science.runner import ENTROPY_SOURCES, read_rows
 
     _run_dir(tmp_path, STEPS, EVALS)
     assert read_rows(tmp_path) == read_run_rows(tmp_path / "metrics.jsonl") == [*STEPS, *EVALS]
+    # a measured entropy split (start, end) comes as one more row, at the last step
+    (tmp_path / ENTROPY_SOURCES).write_text(json.dumps({"seed": 0, "models": ["a", "b"], "splits": [{"x": 1}, {"x": 2}]}))
+    assert read_rows(tmp_path)[-1] == {"step": 3, "entropy_sources/splits": [{"x": 1}, {"x": 2}]}
 
 
 def test_evaluations_of_every_incarnation_are_read_back_from_evals_jsonl(tmp_path: Path):

@@ -1,6 +1,7 @@
 """Science verdicts: statistics of a run's rows and paired-by-seed judgements, by hand."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -149,8 +150,10 @@ def test_every_check_states_what_the_paper_reports(tmp_path):
             assert c.paper.startswith(c.expect), (f.key, c.claim, c.paper)
     f = next(f for f in FINDINGS if f.key == "reuse")
     by_arm = {a.name: [_rows("entropy/mean", [0.5, 0.5, 0.4, 0.4, 0.4])] * 2 for a in f.arms}
-    row, _ = csv.DictReader(open(write_csv(evaluate(f, by_arm), tmp_path / "r.csv")))   # entropy, accuracy
+    row, *rest = csv.DictReader(open(write_csv(evaluate(f, by_arm), tmp_path / "r.csv")))   # entropy, ...
     assert row["paper"] == f.checks[0].paper and row["expect"] == "lower"
+    decisions = rest[-1]                                   # no entropy split in these rows: no verdict
+    assert decisions["statistic"] == "decision_entropy_ratio" and decisions["verdict"] == "inconclusive"
 
 
 def test_seeds_for_the_target_half_width():
@@ -182,3 +185,43 @@ def test_seeds_per_finding_on_the_command_line():
     for bad in (["reuse=0"], ["five"], ["typo=4"]):
         with pytest.raises(SystemExit, match="FINDING=N"):
             parse_seeds(bad, keys)
+
+
+def _split(direction: float, form: float, share: tuple[float, float] = (0.015, 0.06)) -> dict:
+    """An entropy_sources split with only what decision entropy reads set by hand."""
+    from launch.worlds.routes.entropy_sources import CLASSES
+
+    split = {c: {"tokens": 0.1, "entropy": 0.1, "mean": 5.0} for c in CLASSES}    # never read
+    split["direction"] = {"tokens": share[0], "entropy": 0.0, "mean": direction}
+    split["form"] = {"tokens": share[1], "entropy": 0.0, "mean": form}
+    return split
+
+
+def test_decision_entropy_ratio_by_hand():
+    """Token-weighted over direction and form only: start (0.015 * 0.75 + 0.06 * 0.85) / 0.075 = 0.83,
+    end (0.015 * 0.25 + 0.06 * 0.45) / 0.075 = 0.41: ratio 0.41 / 0.83."""
+    from launch.science.verdict import decision_entropy_ratio, statistic
+    from launch.worlds.routes.entropy_sources import decision_entropy
+
+    start, end = _split(0.75, 0.85), _split(0.25, 0.45)
+    assert decision_entropy(start) == pytest.approx(0.83) and decision_entropy(end) == pytest.approx(0.41)
+    rows = _rows("entropy/mean", [0.5, 0.5, 0.4]) + [{"step": 2, "entropy_sources/splits": [start, end]}]
+    assert decision_entropy_ratio(rows) == pytest.approx(0.41 / 0.83)
+    assert statistic("decision_entropy_ratio", rows, skip_steps=1) == pytest.approx(0.41 / 0.83)
+    assert entropy_ratio(rows) == pytest.approx(0.4 / 0.5)            # the split row leaves the others alone
+    assert math.isnan(decision_entropy_ratio(_rows("entropy/mean", [0.5, 0.4])))      # not measured
+
+
+def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
+    from launch.science.__main__ import _fair
+    from launch.science.findings import finding
+    from launch.science.runner import spec_for
+
+    reuse, temperature = finding("reuse"), finding("temperature")
+    fair = _fair([reuse, temperature], None, 20)
+    assert fair["reuse"][-2:] == ("--learner.checkpoint_every", "20")
+    assert "--learner.checkpoint_every" not in fair["temperature"]
+    assert "--learner.checkpoint_every" not in _fair([reuse], "tiny", 20)["reuse"]
+    f = replace(reuse, overrides=fair["reuse"])
+    assert spec_for(f, f.arms[1], 0, 20, "routes").splits_entropy
+    assert not spec_for(f, f.arms[1], 0, 20, "tiny").splits_entropy

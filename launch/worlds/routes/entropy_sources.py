@@ -22,6 +22,7 @@ starting entropy a run can be expected to lose. A response outside the grammar c
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections import defaultdict
@@ -30,6 +31,9 @@ from pathlib import Path
 from launch.worlds.routes.task import CHECKS, SEPARATORS, SumProblem
 
 CLASSES = ("direction", "form", "check", "separator", "arithmetic", "structure", "unparsed")
+# the parts whose choice changes how often a response ends right (the world's manifest: routes and
+# forms differ in accuracy); checks and separators never change what the box holds
+DECISIONS = ("direction", "form")
 _SEP = "|".join(re.escape(s) for s in sorted(SEPARATORS, key=len, reverse=True))
 _CHECK = "|".join(re.escape(c) for c in CHECKS if c)
 _LINE = re.compile(rf"(?P<letter>[a-p])(?P<digit>\d)(?:(?P<sep>{_SEP})(?P<body>\d+\+\d+=\d+|=\d+))?(?P<check>{_CHECK})?")
@@ -88,6 +92,12 @@ def entropy_by_class(token_ids: list[list[int]], entropies: list[list[float]], d
     return out
 
 
+def decision_entropy(split: dict) -> float:
+    """Mean entropy (nats/token) over the tokens of the DECISIONS parts of an :func:`entropy_by_class` split."""
+    tokens = sum(split[c]["tokens"] for c in DECISIONS)
+    return sum(split[c]["tokens"] * split[c]["mean"] for c in DECISIONS) / tokens if tokens else float("nan")
+
+
 def measure(model_dir: Path, problems: list[SumProblem], *, seed: int, temperature: float,
             max_new_tokens: int, batch_size: int = 120) -> dict:
     import torch
@@ -122,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, action="append", default=[],
                     help="an HF model directory (a checkpoint's hf/); repeatable; default: the world's warmed-up model")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="also write {'seed', 'temperature', 'models': [...], 'splits': [...]} here")
     args = ap.parse_args(argv)
     from launch.worlds.routes import STAGE_BUDGETS
     from launch.worlds.routes.build import ensure_routes_world
@@ -130,10 +142,15 @@ def main(argv: list[str] | None = None) -> int:
 
     world = ensure_routes_world()
     problems = read_jsonl(world.val_path)
-    for model_dir in args.model or [world.model_dir]:
-        split = measure(model_dir, problems, seed=args.seed, temperature=args.temperature,
-                        max_new_tokens=max(STAGE_BUDGETS))
-        print("\n".join(format_table(f"{model_dir} at τ={args.temperature:g}", split)), flush=True)
+    models, splits = args.model or [world.model_dir], []
+    for model_dir in models:
+        splits.append(measure(model_dir, problems, seed=args.seed, temperature=args.temperature,
+                              max_new_tokens=max(STAGE_BUDGETS)))
+        print("\n".join(format_table(f"{model_dir} at τ={args.temperature:g}", splits[-1])), flush=True)
+        print(f"  decisions ({', '.join(DECISIONS)}): {decision_entropy(splits[-1]):.3f} nats/token", flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"seed": args.seed, "temperature": args.temperature,
+                                         "models": [str(m) for m in models], "splits": splits}, indent=1))
     return 0
 
 
