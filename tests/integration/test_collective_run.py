@@ -35,7 +35,7 @@ COLLECTIVE = ["--actors.weight_transport", "collective", "--actors.collective.st
               "--actors.collective.heartbeat_s", "0.5"]
 
 
-STEPS = 6
+STEPS = 4
 
 
 @pytest.fixture(scope="module")

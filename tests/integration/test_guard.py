@@ -77,7 +77,9 @@ def test_clip_rule_falls_back_to_on_policy_and_returns(ray_local, tmp_path, tiny
     from buffer.connection import connect
     from buffer.server import open_run_dir
 
-    cfg, result, rows, events = _guarded_run(tmp_path, "guarded", 12, [
+    # reuse-4 clips 4-6% of its tokens on every off-policy step here, so with persist 1 and hold 2 it falls
+    # back at step 0, returns after step 2 and falls back at step 3: 8 steps leave room for both
+    cfg, result, rows, events = _guarded_run(tmp_path, "guarded", 8, [
         "--learner.guard.clip_frac_max", "0.02", "--learner.guard.clip_frac_growth", "null",
         "--learner.guard.hold_steps", "2", "--learner.guard.recover_quiet_steps", "1"])
     print("[clip] " + " ".join(f"{r['step']}{r['mode'][:3]}:{r['clip/frac']:.3f}" for r in rows))

@@ -1,7 +1,7 @@
 """The reasoning world: built deterministically, its warmed-up policy in the band RL needs (10-50%
 accurate at τ=1, some responses cut by a 64-token budget), and the driver runs on it through the
 first stage boundary of a multi-stage schedule with real Ray, vLLM, Redis, DeepSpeed and math-verify.
-The last two are slow (they need the built world); the stage boundary in the tiny world runs by default
+All are slow (a quick build pair takes ~28 s, the others need the built world); the stage boundary in the tiny world runs by default
 (tests/integration/test_stages.py)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tests.integration.harness import metrics_rows
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.slow   # ~28 s; the routes world (the entropy findings' world) keeps its determinism check by default
 def test_build_is_deterministic(tmp_path):
     from launch.worlds.reasoning.build import ensure_reasoning_world
 
