@@ -31,3 +31,16 @@ def generate(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, prompts: lis
         ids.append(row[:n])
         ents.append(ent[:n])
     return ids, ents
+
+
+def generate_batched(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, prompts: list[str], *, seed: int,
+                     temperature: float, max_new_tokens: int,
+                     batch_size: int = 128) -> tuple[list[list[int]], list[list[float]]]:
+    """:func:`generate` over ``prompts`` in batches of ``batch_size``; batch i is seeded ``seed + i * batch_size``."""
+    ids, ents = [], []
+    for start in range(0, len(prompts), batch_size):
+        a, b = generate(model, tok, prompts[start:start + batch_size], seed=seed + start, temperature=temperature,
+                        max_new_tokens=max_new_tokens)
+        ids += a
+        ents += b
+    return ids, ents

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from launch.worlds.reasoning.task import SumProblem
-from launch.worlds.sampling import generate
+from launch.worlds.sampling import generate_batched
 from rewards.math_reward import score_math
 
 
@@ -37,13 +37,8 @@ def sample_stats(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, problems
                  batch_size: int = 128) -> SampleStats:
     """Sample once per problem up to max(budgets) tokens and measure what a stage of each budget would see."""
     top = max(budgets)
-    ids, ents = [], []
-    for i in range(0, len(problems), batch_size):
-        chunk = problems[i:i + batch_size]
-        a, b = generate(model, tok, [p.prompt for p in chunk], seed=seed + i, temperature=temperature,
-                        max_new_tokens=top)
-        ids += a
-        ents += b
+    ids, ents = generate_batched(model, tok, [p.prompt for p in problems], seed=seed, temperature=temperature,
+                                 max_new_tokens=top, batch_size=batch_size)
     finished = [bool(r) and r[-1] == tok.eos_token_id for r in ids]
     correct = [score_math(tok.decode(r, skip_special_tokens=True), p.answer).reward > 0
                for r, p in zip(ids, problems)]

@@ -103,18 +103,13 @@ def measure(model_dir: Path, problems: list[SumProblem], *, seed: int, temperatu
     import torch
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
-    from launch.worlds.sampling import generate
+    from launch.worlds.sampling import generate_batched
 
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = Qwen2ForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
-    ids, ents = [], []
-    for start in range(0, len(problems), batch_size):
-        chunk = problems[start:start + batch_size]
-        a, b = generate(model, tok, [p.prompt for p in chunk], seed=seed + start, temperature=temperature,
-                        max_new_tokens=max_new_tokens)
-        ids += a
-        ents += b
+    ids, ents = generate_batched(model, tok, [p.prompt for p in problems], seed=seed, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, batch_size=batch_size)
     return entropy_by_class(ids, ents, lambda t: tok.decode(t, skip_special_tokens=False), tok.eos_token_id)
 
 
