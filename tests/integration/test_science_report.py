@@ -21,9 +21,12 @@ def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, caps
     assert main(argv) == 0
     printed = capsys.readouterr().out
     rows = list(csv.DictReader(open(out / "report.csv")))
-    assert len(rows) == len(finding("reuse").checks) == 2                   # entropy ratio, final accuracy
-    assert [r["statistic"] for r in rows] == ["entropy_ratio", "accuracy_final"]
-    assert all(r["finding"] == "reuse" and r["verdict"] == "inconclusive" and r["seeds"] == "1" for r in rows)
+    assert len(rows) == len(finding("reuse").checks) == 3
+    assert [r["statistic"] for r in rows] == ["entropy_ratio", "accuracy_final", "decision_entropy_ratio"]
+    assert all(r["finding"] == "reuse" and r["verdict"] == "inconclusive" for r in rows)
+    # the entropy split by grammar part exists in the routes world only: no decision verdict here
+    assert [r["seeds"] for r in rows] == ["1", "1", "0"]
+    assert not list((out / "runs").glob("*/entropy_sources.json"))
     assert float(rows[0]["stat_a_per_seed"]) > 0 and float(rows[0]["stat_b_per_seed"]) > 0   # entropy ratios
     assert all(r["paper"].startswith("lower") for r in rows)
     html = (out / "report.html").read_text()
