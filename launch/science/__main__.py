@@ -23,7 +23,7 @@ from pathlib import Path
 from launch.science.findings import FINDINGS, Finding, finding
 
 
-def _fair(findings: list[Finding], world: str | None, steps: int) -> dict[str, tuple[str, ...]]:
+def fair_overrides(findings: list[Finding], world: str | None, steps: int) -> dict[str, tuple[str, ...]]:
     """finding key -> overrides every arm gets: the comparison's one learning rate."""
     from launch.science.runner import config_of, spec_for
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     fair = {f.key: f.overrides for f in chosen} if args.full else {}
     for f in chosen:
         if not args.full:
-            fair.update(_fair([f], world_of[f.key], args.steps))
+            fair.update(fair_overrides([f], world_of[f.key], args.steps))
     fair_findings = [replace(f, overrides=fair[f.key], world=world_of[f.key] or f.world) for f in chosen]
     specs = one_run_per_config({(f.key, arm.name, seed): spec_for(f, arm, seed, args.steps, world_of[f.key])
                                 for f in fair_findings for arm in f.arms for seed in range(seeds[f.key])})

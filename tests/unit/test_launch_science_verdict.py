@@ -213,15 +213,15 @@ def test_decision_entropy_ratio_by_hand():
 
 
 def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
-    from launch.science.__main__ import _fair
+    from launch.science.__main__ import fair_overrides
     from launch.science.findings import finding
     from launch.science.runner import spec_for
 
     reuse, temperature = finding("reuse"), finding("temperature")
-    fair = _fair([reuse, temperature], None, 20)
+    fair = fair_overrides([reuse, temperature], None, 20)
     assert fair["reuse"][-2:] == ("--learner.checkpoint_every", "20")
     assert "--learner.checkpoint_every" not in fair["temperature"]
-    assert "--learner.checkpoint_every" not in _fair([reuse], "tiny", 20)["reuse"]
+    assert "--learner.checkpoint_every" not in fair_overrides([reuse], "tiny", 20)["reuse"]
     f = replace(reuse, overrides=fair["reuse"])
     assert spec_for(f, f.arms[1], 0, 20, "routes").splits_entropy
     assert not spec_for(f, f.arms[1], 0, 20, "tiny").splits_entropy
