@@ -209,7 +209,10 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     ours_times = timed(lambda: ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, 0.0, required_lag=None))
     optimizer, ds_config, dtype = optimizer_name(ours.engine), ours.ds_config, ours.dtype
     ours_peak = peak()
-    ours = None                                          # free its memory before the bare engine is built
+    # ZeRO's gradient hooks live in autograd's C++ nodes, out of the garbage collector's sight: without
+    # destroy() the engine outlives its last reference and the bare engine has to fit beside it
+    ours.engine.destroy()
+    ours = None
     gc.collect()
     if ctx.cuda:
         torch.cuda.empty_cache()
@@ -219,6 +222,7 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     collated = [collate(rows, idx) for idx in mbs]
     bare_times = timed(lambda: bare_update(bare, collated, tokens))
     bare_peak = peak()
+    bare.destroy()
     bare = model = None
     gc.collect()
     if ctx.cuda:
