@@ -167,6 +167,9 @@ def test_object_store_into_an_out_of_process_engine(ray_local, tmp_path, tiny_wo
     assert checks.killed and len(checks.sums) == STEPS + 1
 
 
+# slow (~60 s): the default run has the collective into an engine process in the smoke's stage 3
+# (checksum changed and restored exactly) and a collective run end to end in test_collective_run.py
+@pytest.mark.slow
 def test_collective_into_an_out_of_process_engine(ray_local, tmp_path, tiny_world):
     checks = EngineChecks()
     _run(tmp_path, "sep-coll", ["--actors.weight_transport", "collective", "--actors.collective.stale_after_s", "5",
