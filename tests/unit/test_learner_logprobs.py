@@ -98,3 +98,17 @@ def test_negative_targets_and_shape_errors():
         logprobs_and_entropy(logits, torch.zeros(1, 3, dtype=torch.long))
     with pytest.raises(ValueError):
         logprobs_and_entropy(logits, torch.zeros(1, 2, dtype=torch.long), temperature=0.0)
+
+
+def test_bf16_gradient_at_a_confident_target_keeps_its_digits():
+    # q_y ~ 0.99: d logp / d z_y = 1 - q_y must be formed in fp32 before the cast to bf16, not as
+    # bf16(-q_y) + 1 (which keeps ~2 of its digits)
+    logits = torch.zeros(1, 1, 8)
+    logits[0, 0, 3] = 6.0
+    x = logits.to(torch.bfloat16).requires_grad_(True)
+    y = torch.tensor([[3]])
+    logp, _ = logprobs_and_entropy(x, y, 1.0, 1)
+    logp.sum().backward()
+    ref = 1.0 - torch.softmax(x.detach().float(), -1)[0, 0, 3]
+    assert float(ref) == pytest.approx(7 / (7 + math.exp(6)), rel=1e-3)
+    assert float(x.grad[0, 0, 3]) == pytest.approx(float(ref), rel=1e-2)
