@@ -10,7 +10,8 @@ that names them. A run whose ``summary.json`` exists is done and is not run agai
 interrupted report continues where it stopped; a run that fails is recorded with its error and
 the log's tail, and the others go on. A routes run that keeps its final weights (a finding with
 ``final_model``) is followed by the split of its entropy by grammar part, at the start and the end
-(``launch.worlds.routes.entropy_sources``, ~40 s), which the decision-entropy checks read.
+(``launch.worlds.routes.entropy_sources``, ~20 s a model; the start once per seed), which the
+decision-entropy checks read.
 """
 
 from __future__ import annotations
@@ -95,9 +96,23 @@ def read_rows(run_path: Path) -> list[dict]:
     return rows
 
 
+def _entropy_split(models: list[Path], seed: int, out: Path) -> str | None:
+    """``launch.worlds.routes.entropy_sources`` of ``models`` into ``out`` (written whole or not at all)."""
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    argv = [a for m in models for a in ("--model", str(m))]
+    proc = subprocess.run([sys.executable, "-m", "launch.worlds.routes.entropy_sources", *argv, "--seed", str(seed),
+                           "--json", str(tmp)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"entropy split of {models[-1]}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
+    tmp.replace(out)
+    return None
+
+
 def split_entropy(spec: RunSpec, run_path: Path) -> str | None:
     """Measure where the entropy of the routes world's warmed-up policy and of the run's final weights
-    sits (``launch.worlds.routes.entropy_sources``, sampled with the run's seed); None, or the error."""
+    sits (``launch.worlds.routes.entropy_sources``, sampled with the run's seed); None, or the error.
+    The warmed-up policy's split is the same for every run of a seed: measured once per seed and world,
+    kept beside the runs (``entropy-start-s<seed>-<world>.json``)."""
     from launch.worlds.routes.build import ensure_routes_world
 
     ckpt = run_path / "checkpoints"
@@ -105,10 +120,16 @@ def split_entropy(spec: RunSpec, run_path: Path) -> str | None:
         return f"{run_path}: no checkpoint (the run must keep its final weights: --learner.checkpoint_every)"
     final = ckpt / (ckpt / "latest").read_text().strip() / "hf"
     start = ensure_routes_world(log=lambda *_: None).model_dir
-    proc = subprocess.run([sys.executable, "-m", "launch.worlds.routes.entropy_sources", "--model", str(start),
-                           "--model", str(final), "--seed", str(spec.seed), "--json", str(run_path / ENTROPY_SOURCES)],
-                          capture_output=True, text=True)
-    return None if proc.returncode == 0 else f"entropy split of {run_path}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
+    world = hashlib.sha256(str(start.resolve()).encode()).hexdigest()[:8]
+    start_path = run_path.parent / f"entropy-start-s{spec.seed}-{world}.json"
+    final_path = run_path / "entropy_final.json"
+    for models, out in (([start], start_path), ([final], final_path)):
+        if not out.exists() and (error := _entropy_split(models, spec.seed, out)):
+            return error
+    first, last = (json.loads(p.read_text()) for p in (start_path, final_path))
+    (run_path / ENTROPY_SOURCES).write_text(json.dumps(
+        {**last, "models": first["models"] + last["models"], "splits": first["splits"] + last["splits"]}, indent=1))
+    return None
 
 
 def _run_one(spec: RunSpec, runs_dir: Path) -> dict:

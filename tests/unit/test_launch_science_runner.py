@@ -1,0 +1,47 @@
+"""launch.science.runner.split_entropy: the warmed-up policy's split is measured once per seed and world
+and shared by every run of that seed; each run's file holds [start, final] as the verdicts read it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import launch.science.runner as runner
+import launch.worlds.routes.build as routes_build
+from launch.science.runner import ENTROPY_SOURCES, RunSpec, split_entropy
+
+
+def _run_with_checkpoint(root: Path, name: str) -> Path:
+    path = root / name
+    (path / "checkpoints" / "step_3" / "hf").mkdir(parents=True)
+    (path / "checkpoints" / "latest").write_text("step_3\n")
+    return path
+
+
+def test_start_split_measured_once_per_seed(tmp_path, monkeypatch):
+    start_model = tmp_path / "world" / "model"
+    monkeypatch.setattr(routes_build, "ensure_routes_world", lambda log=None: SimpleNamespace(model_dir=start_model))
+    measured = []
+
+    def fake_split(models, seed, out):
+        measured.append((models[0].name if models[0] == start_model else "final", seed))
+        out.write_text(json.dumps({"seed": seed, "temperature": 1.0, "models": [str(m) for m in models],
+                                   "splits": [{"model": str(m)} for m in models]}))
+
+    monkeypatch.setattr(runner, "_entropy_split", fake_split)
+    runs = tmp_path / "runs"
+    for name, seed in (("a-s0", 0), ("b-s0", 0), ("c-s1", 1)):
+        path = _run_with_checkpoint(runs, name)
+        assert split_entropy(RunSpec("p", ("--learner.checkpoint_every", "3"), "routes", seed, 3), path) is None
+        got = json.loads((path / ENTROPY_SOURCES).read_text())
+        final = path / "checkpoints" / "step_3" / "hf"
+        assert got["models"] == [str(start_model), str(final)] and got["seed"] == seed
+        assert [s["model"] for s in got["splits"]] == [str(start_model), str(final)]
+    assert measured == [("model", 0), ("final", 0), ("final", 0), ("model", 1), ("final", 1)]
+
+
+def test_a_run_without_final_weights_is_an_error(tmp_path):
+    (tmp_path / "r").mkdir()
+    error = split_entropy(RunSpec("p", (), "routes", 0, 3), tmp_path / "r")
+    assert error and "no checkpoint" in error
