@@ -135,8 +135,10 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
 
     kinds = ctx.smoke_transports()
     pairs = {k: ctx.transport_pair(k, f"smoke-shapes-{k}") for k in kinds}
-    shared = ctx.shared_llm_kwargs()
-    host = next((k for k in kinds if pairs[k][1].llm_kwargs() == shared), kinds[0])   # the actor's own transport
+    # the engine is built for the transport a GPU run picks (auto: the collective); another transport is
+    # timed only where that engine serves it too
+    host = "collective" if "collective" in kinds else kinds[0]
+    host_kwargs = pairs[host][1].llm_kwargs()
     cfg = ctx.actor_config(max_model_len=plan.prompt_tokens + plan.response_tokens + 16,
                            max_prompts_in_flight=plan.prompts, gpu_memory_utilization=0.4)
     redis_dir = ctx.work / "shapes-redis"
@@ -156,7 +158,7 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
             update_s, version = {}, impl.version
             for kind in kinds:
                 learner_side, actor_side = pairs[kind]
-                if any(shared.get(k) != v for k, v in actor_side.llm_kwargs().items()):
+                if any(host_kwargs.get(k) != v for k, v in actor_side.llm_kwargs().items()):
                     ctx.notes.append(f"stage 6: {kind} not timed: it needs an engine built for its own "
                                      f"weight-transfer backend ({actor_side.llm_kwargs()})")
                     continue
