@@ -122,6 +122,7 @@ def one_update(ctx: Context, zero_stage: int) -> dict:
                 "peak_mib": round(peak_memory_mib(ctx.cuda), 1),
                 "peak_kind": "GPU max allocated" if ctx.cuda else "process peak RSS"}
     finally:
+        engine.engine.destroy()          # else ZeRO's C++ grad hooks keep it alive (test_learner_engine_release)
         del engine
         gc.collect()                 # DeepSpeed's engine holds reference cycles; its memory goes with them
         if ctx.cuda:
