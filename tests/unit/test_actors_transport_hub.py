@@ -115,7 +115,9 @@ def test_an_idle_member_sees_a_send_within_milliseconds_not_at_its_next_poll(hub
     threading.Thread(target=announce).start()
     assert receiver.wait_for_send(5.0) is True
     seen_after = time.monotonic() - announced[0]
-    assert seen_after < 0.025, f"saw the send {seen_after * 1e3:.1f} ms after it was announced"
+    # the wait polls every <= 5 ms; the bound is loose so a loaded machine cannot fail it, and still far
+    # below the 1 s an actor loop's own poll (its heartbeat) would take
+    assert seen_after < 0.25, f"saw the send {seen_after * 1e3:.1f} ms after it was announced"
     receiver.seen = 1                                             # handled: the same send does not wake it again
     assert receiver.wait_for_send(0.02) is False
 
