@@ -4,7 +4,8 @@ Budgets are the paper's times 3/512, so 8K -> 16K -> 32K becomes 48 -> 96 -> 192
 single-stage presets' 16K becomes 96: the warmed-up policy's responses (p10 30, median 64, max 113
 tokens) grow with k, so a 48-token stage cuts 68% of them, 96 6%, 192 none (seed 0, τ=1; the
 world's manifest). The warmed-up entropy (0.464 nats/token at τ=1) is well above the adaptive
-control's 0.2 target, so that control switches on during a run, not from its first step. Kept from the preset: what
+control's 0.2 target, but two thirds of it sit in reward-idle check words and separators that RL leaves
+alone, so runs of this world end near 0.43 and that control never acts (README, "Routes world"). Kept from the preset: what
 ``launch.worlds.scaling`` keeps, and overlong shaping (L_cache scaled like the budgets). What changes:
 
 - D_R 64 -> ROUTES_ROLLOUT_UNIT prompts (D_T by the same factor) and ROUTES_GROUP_SIZE samples per
