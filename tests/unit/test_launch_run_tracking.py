@@ -5,6 +5,7 @@ offline and an MLflow file store; no network)."""
 from __future__ import annotations
 
 import importlib.util
+import time
 
 import pytest
 
@@ -94,6 +95,10 @@ def test_a_resume_continues_the_same_tracker_run(tmp_path, monkeypatch):
         first.log_metrics(_row(s, 0.1 * s))
     first.log_image("compare", png, 0)
     first.close()
+    # A resume is a new process, seconds later. TensorBoard reads a directory's event files in name order,
+    # 'events.out.tfevents.<second>.<host>.<pid>.<n>': within one second of one process, n (a per-process
+    # writer count) decides, and '10' sorts before '9' once earlier tests made writers here.
+    time.sleep(1.1)
     second = open_trackers(cfg, name="r-1", log_dir=run_dir, store_root=run_dir.parent,
                            hparams={**hparams, "steps": 4}, start_step=1, log=print)
     for s in (1, 2, 3):
