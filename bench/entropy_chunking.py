@@ -56,8 +56,8 @@ def child(args: argparse.Namespace) -> None:
             logp, ent = logprobs_and_entropy(logits, targets, args.temperature, args.chunk_size)
         else:
             logp, ent = naive_logprobs_and_entropy(logits, targets, args.temperature)
-        objective = (logp * w_lp).sum() + ((ent * w_h).sum() if args.grads == "both" else ent.detach().sum() * 0)
-        objective.backward()
+        objective = (logp * w_lp).sum()
+        (objective + (ent * w_h).sum() if args.grads == "both" else objective).backward()
         logits.grad = None
 
     def rss_mb() -> float:

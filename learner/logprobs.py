@@ -44,18 +44,12 @@ def _compute_dtype(logits: Tensor) -> torch.dtype:
     return torch.float64 if logits.dtype == torch.float64 else torch.float32
 
 
-def _log_softmax(chunk: Tensor, dtype: torch.dtype, temperature: float) -> Tensor:
-    """log softmax(chunk / tau) in the compute dtype: one fused kernel that reads the logits' own
-    dtype when tau is 1 (no upcast copy of the chunk first)."""
+def _over_vocab(normalise, chunk: Tensor, dtype: torch.dtype, temperature: float) -> Tensor:
+    """``normalise`` (torch.softmax or torch.log_softmax) of chunk / tau over the vocabulary, in the compute
+    dtype: one fused kernel that reads the logits' own dtype when tau is 1 (no upcast copy of the chunk)."""
     if temperature == 1.0:
-        return torch.log_softmax(chunk, dim=-1, dtype=dtype)
-    return torch.log_softmax(chunk.to(dtype) / temperature, dim=-1)
-
-
-def _softmax(chunk: Tensor, dtype: torch.dtype, temperature: float) -> Tensor:
-    if temperature == 1.0:
-        return torch.softmax(chunk, dim=-1, dtype=dtype)
-    return torch.softmax(chunk.to(dtype) / temperature, dim=-1)
+        return normalise(chunk, dim=-1, dtype=dtype)
+    return normalise(chunk.to(dtype) / temperature, dim=-1)
 
 
 class _ChunkedLogProbEntropy(torch.autograd.Function):
@@ -69,7 +63,7 @@ class _ChunkedLogProbEntropy(torch.autograd.Function):
         logp = logits.new_empty((B, L), dtype=cdt)
         entropy = logits.new_empty((B, L), dtype=cdt)
         for rows, pos in _blocks(B, L, chunk):
-            logq = _log_softmax(logits[rows, pos], cdt, temperature)      # (b, l, V)
+            logq = _over_vocab(torch.log_softmax, logits[rows, pos], cdt, temperature)       # (b, l, V)
             logp[rows, pos] = logq.gather(-1, targets[rows, pos].unsqueeze(-1)).squeeze(-1)
             # H = -sum_v q_v log q_v: every term >= 0, so nothing cancels; the dot product is a
             # batched matmul (no third (b, l, V) buffer)
@@ -93,9 +87,9 @@ class _ChunkedLogProbEntropy(torch.autograd.Function):
             # d/dz = -q (g_H (log q + H) + g_logp), plus g_logp at the target; d/dlogits = d/dz / tau
             g_lp = None if g_logp is None else g_logp[rows, pos].unsqueeze(-1) / tau          # (b, l, 1)
             if g_entropy is None:
-                dz = _softmax(logits[rows, pos], cdt, tau).mul_(-g_lp)                         # (b, l, V)
+                dz = _over_vocab(torch.softmax, logits[rows, pos], cdt, tau).mul_(-g_lp)         # (b, l, V)
             else:
-                dz = _log_softmax(logits[rows, pos], cdt, tau)                                 # log q
+                dz = _over_vocab(torch.log_softmax, logits[rows, pos], cdt, tau)                 # log q
                 q = dz.exp()
                 g_h = g_entropy[rows, pos].unsqueeze(-1) / tau
                 shift = entropy[rows, pos].unsqueeze(-1) * g_h
