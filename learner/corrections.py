@@ -126,34 +126,35 @@ def correction_weights(log_k: Tensor, mask: Tensor, cfg: CorrectionConfig) -> Co
 
 def behaviour_mismatch_metrics(
     log_k: Tensor, mask: Tensor, total_tokens: int | float | Tensor,
-) -> dict[str, float]:
-    """mismatch/behaviour_kl_k3 and _k1 between mu and pi_old on loss tokens, each sum / T."""
+) -> dict[str, Tensor]:
+    """mismatch/behaviour_kl_k3 and _k1 between mu and pi_old on loss tokens, each sum / T (0-d
+    tensors, read with the micro-batch's other metrics: ``learner.masked.read_floats``)."""
     with torch.no_grad():
         mask = mask.bool()
         denom = torch.as_tensor(total_tokens, dtype=torch.float64, device=log_k.device).clamp(min=1)
         k3 = masked_mean(log_k.exp() - 1 - log_k, mask, count=denom)
         k1 = masked_mean(-log_k, mask, count=denom)
-        k3, k1 = torch.stack([k3, k1]).tolist()
     return {"mismatch/behaviour_kl_k3": k3, "mismatch/behaviour_kl_k1": k1}
 
 
 def correction_metrics(
     log_k: Tensor, weights: CorrectionWeights, mask: Tensor, total_tokens: int | float | Tensor,
-) -> dict[str, float]:
-    """Weight and ratio statistics of one micro-batch (see the module docstring), each sum / T."""
+) -> dict[str, Tensor]:
+    """Weight and ratio statistics of one micro-batch (see the module docstring), each sum / T (0-d
+    tensors, as :func:`behaviour_mismatch_metrics`)."""
     with torch.no_grad():
         mask = mask.bool()
         k = log_k.exp()
         denom = torch.as_tensor(total_tokens, dtype=torch.float64, device=k.device).clamp(min=1)
-        empty = not bool(mask.any())
-        vals = torch.stack([
+        empty = k.numel() == 0          # an all-False mask gives -inf / inf, as ratio_stats does
+        vals = [
             masked_mean(weights.weight.to(torch.float64), mask, count=denom),
             masked_mean(k, mask, count=denom),
             k.new_tensor(float("-inf")) if empty else k.masked_fill(~mask, float("-inf")).amax(),
             k.new_tensor(float("inf")) if empty else k.masked_fill(~mask, float("inf")).amin(),
             masked_mean(weights.capped, mask, count=denom),
             masked_mean(weights.masked, mask, count=denom),
-        ]).tolist()
+        ]
     keys = ["correction/weight/mean", "correction/ratio/mean", "correction/ratio/max",
             "correction/ratio/min", "correction/capped_frac", "correction/masked_frac"]
     return dict(zip(keys, vals))

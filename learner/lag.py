@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from learner.masked import masked_mean
+from learner.masked import masked_mean, read_floats
 from learner.reduce import BUCKET_PREFIX
 
 
@@ -121,6 +121,21 @@ def ratio_stats(
     total_tokens: int | float | Tensor,
     prefix: str = "",
 ) -> dict[str, float]:
+    """:func:`ratio_stat_values`, read."""
+    return read_floats(ratio_stat_values(logprobs, old_logprobs, advantages, mask, eps_low, eps_high,
+                                         total_tokens, prefix))
+
+
+def ratio_stat_values(
+    logprobs: Tensor,       # (B, L) learner log-probs
+    old_logprobs: Tensor,   # (B, L) behaviour (or recomputed pi_old) log-probs
+    advantages: Tensor,     # (B, L)
+    mask: Tensor,           # (B, L) bool loss mask
+    eps_low: float,
+    eps_high: float,
+    total_tokens: int | float | Tensor,
+    prefix: str = "",
+) -> dict[str, Tensor]:
     """Importance ratio rho = exp(logp - logp_old) on loss tokens, each value sum/T:
 
     ratio/mean, ratio/max, ratio/min;
@@ -130,6 +145,8 @@ def ratio_stats(
     mismatch/kl_k3  mean(rho - 1 - log rho): unbiased, >= 0 estimate of KL(pi_old || pi_learner)
                     on tokens sampled from pi_old (the primary mismatch number);
     mismatch/kl_k1  mean(logp_old - logp): unbiased, signed, noisier estimate of the same KL.
+
+    0-d tensors, not read (:func:`learner.masked.read_floats` reads a micro-batch's metrics at once).
     """
     with torch.no_grad():
         mask = mask.bool()
@@ -147,10 +164,10 @@ def ratio_stats(
             below.sum() / denom, above.sum() / denom,
             masked_mean(rho - 1 - d, mask, count=denom),
             masked_mean(-d, mask, count=denom),
-        ]).tolist()
+        ])
     keys = ["ratio/mean", "ratio/max", "ratio/min", "clip/low_frac", "clip/high_frac", "clip/frac",
             "ratio/below_band_frac", "ratio/above_band_frac", "mismatch/kl_k3", "mismatch/kl_k1"]
-    return {prefix + k: v for k, v in zip(keys, vals)}
+    return {prefix + k: v for k, v in zip(keys, vals.unbind())}
 
 
 # ---------------------------------------------------------------- per-lag-bucket statistics
@@ -179,7 +196,24 @@ def lag_bucket_stats(
     total_tokens: int | float | Tensor,
     entropy: Tensor | None = None,   # (B, L) token entropies
 ) -> dict[str, float]:
-    """Per bucket of update lag present in this micro-batch, each value sum/T like ``ratio_stats``:
+    """:func:`lag_bucket_values`, read, without the buckets that hold no loss token."""
+    return drop_empty_buckets(read_floats(lag_bucket_values(logprobs, old_logprobs, advantages, mask, row_lag,
+                                                            eps_low, eps_high, total_tokens, entropy)))
+
+
+def lag_bucket_values(
+    logprobs: Tensor,       # (B, L) learner log-probs
+    old_logprobs: Tensor,   # (B, L) pi_old log-probs (behaviour unless recomputed)
+    advantages: Tensor,     # (B, L)
+    mask: Tensor,           # (B, L) bool loss mask
+    row_lag: Tensor,        # (B,) int update lag of each row (every token of a row shares it)
+    eps_low: float,
+    eps_high: float,
+    total_tokens: int | float | Tensor,
+    entropy: Tensor | None = None,   # (B, L) token entropies
+    overall: dict[str, Tensor] | None = None,   # ratio_stat_values over the whole mask, if already computed
+) -> dict[str, Tensor]:
+    """Per bucket of update lag that a row of this micro-batch falls in, each value sum/T like ``ratio_stats``:
 
     lagbucket/<b>/tokens            number of loss tokens in the bucket (a count: adds up as is)
     lagbucket/<b>/entropy/mean      sum of the bucket's token entropies / T
@@ -187,22 +221,34 @@ def lag_bucket_stats(
                                     as :func:`ratio_stats` on the bucket's tokens (ratio/max: a max)
 
     ``learner.reduce.combine_updates`` divides the summed values by the bucket's token count over
-    the step, so the step's row holds means over the bucket's own tokens.
+    the step, so the step's row holds means over the bucket's own tokens. 0-d tensors, not read: a
+    bucket whose rows hold no loss token has tokens 0 here (:func:`drop_empty_buckets` removes it once
+    read). The buckets present are found from ``row_lag`` on the host (the learner's is a CPU
+    tensor); when one bucket holds every row its ratio statistics are ``overall``'s.
     """
     with torch.no_grad():
         mask = mask.bool()
-        lag = row_lag.long().reshape(-1, 1).expand_as(mask)                             # (B, L)
-        out: dict[str, float] = {}
-        for label, lo, hi in LAG_BUCKETS:
-            in_bucket = mask & (lag >= lo) & (lag <= hi if hi is not None else True)    # (B, L)
-            n = int(in_bucket.sum())
-            if n == 0:
-                continue
+        lags = set(row_lag.reshape(-1).tolist())
+        present = [(label, lo, hi) for label, lo, hi in LAG_BUCKETS
+                   if any(lo <= x and (hi is None or x <= hi) for x in lags)]
+        lag = row_lag.to(mask.device).long().reshape(-1, 1).expand_as(mask)             # (B, L)
+        out: dict[str, Tensor] = {}
+        for label, lo, hi in present:
+            whole = len(present) == 1
+            in_bucket = mask if whole else mask & (lag >= lo) & (lag <= hi if hi is not None else True)   # (B, L)
+            stats = overall if whole and overall is not None else ratio_stat_values(
+                logprobs, old_logprobs, advantages, in_bucket, eps_low, eps_high, total_tokens)
             key = f"{BUCKET_PREFIX}{label}/"
-            stats = ratio_stats(logprobs, old_logprobs, advantages, in_bucket, eps_low, eps_high, total_tokens)
-            out[key + "tokens"] = float(n)
+            out[key + "tokens"] = in_bucket.sum()
             out |= {key + k: stats[k] for k in _BUCKET_RATIO_KEYS}
             if entropy is not None:
-                out[key + "entropy/mean"] = float(masked_mean(entropy.detach().to(torch.float64), in_bucket,
-                                                              count=total_tokens))
+                out[key + "entropy/mean"] = masked_mean(entropy.detach().to(torch.float64), in_bucket,
+                                                        count=total_tokens)
     return out
+
+
+def drop_empty_buckets(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` without the keys of lag buckets whose token count is 0."""
+    empty = tuple(k[:-len("tokens")] for k, v in metrics.items()
+                  if k.startswith(BUCKET_PREFIX) and k.endswith("/tokens") and v == 0)
+    return {k: v for k, v in metrics.items() if not k.startswith(empty)} if empty else metrics

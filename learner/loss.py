@@ -16,7 +16,7 @@ pi_old / mu, mu the behaviour log-probs, and tokens it drops (w_t = 0) stay in T
 Every micro-batch contributes sum/T, so the micro-batch losses (and their gradients) add up
 to exactly the full mini-batch loss, whatever the split or padding. Metrics follow the same
 convention (see :func:`learner.reduce.reduce_metrics`); with ``inputs.lag`` (each row's update
-lag) they include the per-lag-bucket statistics (``learner.lag.lag_bucket_stats``). The log-ratio
+lag) they include the per-lag-bucket statistics (``learner.lag.lag_bucket_values``). The log-ratio
 is clamped at 20 (rho <= 5e8) so a garbage token cannot make the loss infinite; the tokens beyond
 the clamp get no gradient and are counted in ``clip/ratio_clamped_frac``.
 
@@ -41,8 +41,8 @@ from learner.corrections import (
     correction_metrics,
     correction_weights,
 )
-from learner.lag import lag_bucket_stats, ratio_stats
-from learner.masked import masked_mean
+from learner.lag import drop_empty_buckets, lag_bucket_values, ratio_stat_values
+from learner.masked import masked_mean, read_floats
 
 # exp(20) ~ 5e8: beyond this a token is garbage; clamp (zero grad) not inf. A clamped token with
 # A < 0 still adds ~5e8 |A| / T to the loss (no gradient): counted in ``clip/ratio_clamped_frac``.
@@ -160,23 +160,22 @@ def policy_loss(
     terms["loss/total"] = loss
 
     with torch.no_grad():
-        n_tok = mask.sum()
-        names = list(terms)
-        values = [t.detach() for t in terms.values()] + [n_tok.to(logp.dtype) / denom, n_tok.to(logp.dtype)]
-        names += ["tokens/frac", "tokens/count"]
+        t64 = denom.to(torch.float64)              # counts and fractions in float64, not in bf16
+        n_tok = mask.sum().to(torch.float64)
+        values = {k: t.detach() for k, t in terms.items()} | {"tokens/frac": n_tok / t64, "tokens/count": n_tok}
         # tokens beyond the clamp: zero gradient, loss ~ 5e8 |A| / T when A < 0 (see _MAX_LOG_RATIO)
-        names.append("clip/ratio_clamped_frac")
-        values.append(((raw_log_ratio.detach() > _MAX_LOG_RATIO) & mask).sum().to(logp.dtype) / denom)
+        values["clip/ratio_clamped_frac"] = ((raw_log_ratio.detach() > _MAX_LOG_RATIO) & mask).sum() / t64
         if cfg.dual_clip is not None:
-            names.append("clip/dual_frac")
-            values.append(((adv < 0) & (ratio > cfg.dual_clip) & mask).sum().to(logp.dtype) / denom)
-        metrics = dict(zip(names, torch.stack(values).tolist()))
-        metrics |= ratio_stats(logp.detach(), old, adv, mask, cfg.eps_low, cfg.eps_high, denom)
+            values["clip/dual_frac"] = ((adv < 0) & (ratio > cfg.dual_clip) & mask).sum() / t64
+        overall = ratio_stat_values(logp.detach(), old, adv, mask, cfg.eps_low, cfg.eps_high, denom)
+        values |= overall
         if inputs.lag is not None:
-            metrics |= lag_bucket_stats(logp.detach(), old, adv, mask, inputs.lag.to(mask.device), cfg.eps_low,
-                                        cfg.eps_high, denom, None if inputs.entropy is None else inputs.entropy)
+            values |= lag_bucket_values(logp.detach(), old, adv, mask, inputs.lag, cfg.eps_low, cfg.eps_high, denom,
+                                        inputs.entropy, overall)
         if log_k is not None:
-            metrics |= behaviour_mismatch_metrics(log_k, mask, denom)
+            values |= behaviour_mismatch_metrics(log_k, mask, denom)
             if weights is not None:
-                metrics |= correction_metrics(log_k, weights, mask, denom)
+                values |= correction_metrics(log_k, weights, mask, denom)
+        # one read for the micro-batch: every read waits for the device (learner.masked.read_floats)
+        metrics = drop_empty_buckets(read_floats(values))
     return loss, metrics

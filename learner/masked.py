@@ -44,3 +44,12 @@ def masked_var(values: Tensor, mask: Tensor, dim: int | None = None, keepdim: bo
     mean = masked_mean(values, mask, dim, keepdim=True) if dim is not None else masked_mean(values, mask)
     deviation = (values - mean).square()
     return masked_sum(deviation, mask, dim, keepdim) / (masked_count(mask, dim, keepdim) - 1).clamp(min=1)
+
+
+def read_floats(values: dict[str, Tensor]) -> dict[str, float]:
+    """0-d tensors -> Python floats in one device-to-host read. Each ``.item()`` or ``.tolist()`` waits
+    for the device to finish everything queued before it; a micro-batch's metrics read one at a time
+    stalled the GPU between its forward and backward once per read."""
+    if not values:
+        return {}
+    return dict(zip(values, torch.stack([v.to(torch.float64) for v in values.values()]).tolist()))

@@ -120,3 +120,21 @@ def test_lag_bucket_stats_hand_computed():
     no_entropy = lag_bucket_stats(logp, old, adv, mask, lag, 0.2, 0.2, total_tokens=8)
     assert not any(k.endswith("entropy/mean") for k in no_entropy)
     assert lag_bucket_stats(logp, old, adv, torch.zeros_like(mask), lag, 0.2, 0.2, 8) == {}
+
+
+def test_one_bucket_reuses_the_overall_ratio_statistics_and_a_row_without_tokens_adds_no_bucket():
+    # rows 0 and 2 of _bucket_batch at lag 0 with all their tokens: bucket 0 holds every loss token, so its
+    # values are the micro-batch's own ratio statistics (tokens 4; ratio (1 + 1.5 + 1 + 0.75) / 8; max 1.5)
+    logp, old, adv, mask, ent, _ = _bucket_batch()
+    rows = [0, 2]
+    one = lag_bucket_stats(logp[rows], old[rows], adv[rows], mask[rows], torch.tensor([0, 0]), 0.2, 0.2, 8, ent[rows])
+    overall = ratio_stats(logp[rows], old[rows], adv[rows], mask[rows], 0.2, 0.2, 8)
+    assert one["lagbucket/0/tokens"] == 4 and one["lagbucket/0/ratio/mean"] == pytest.approx(4.25 / 8)
+    assert one["lagbucket/0/ratio/max"] == 1.5 and one["lagbucket/0/entropy/mean"] == pytest.approx(1.8 / 8)
+    assert all(one[f"lagbucket/0/{k}"] == overall[k] for k in ("ratio/mean", "ratio/max", "clip/low_frac",
+                                                               "clip/high_frac", "mismatch/kl_k3"))
+    # a row at lag 9 whose tokens are all masked (a truncated response under a mask): no 8+ bucket
+    no_tokens = mask.clone()
+    no_tokens[3] = False
+    m = lag_bucket_stats(logp, old, adv, no_tokens, torch.tensor([0, 2, 3, 9]), 0.2, 0.2, 8, ent)
+    assert {k.split("/")[1] for k in m} == {"0", "2-3"}
