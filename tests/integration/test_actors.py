@@ -94,6 +94,30 @@ def test_prompts_in_groups_out_with_behaviour_logprobs(actor_run, redis_url, tok
     assert status["prompts_done"] >= 3 and status["tokens_per_s"] > 0 and not status["last_error"]
 
 
+def test_behaviour_logprobs_are_at_the_sampling_temperature(actor_run, redis_url, tok, hf_model):
+    """tau = 0.6 (a preset's tau): the behaviour log-probs are log-softmax(logits / tau), the
+    distribution actually sampled and the one the learner scores (learner.logprobs), not vLLM's
+    raw tau = 1 log-probs (logprobs_mode='processed_logprobs'). Before any weight update."""
+    run_id, _, _ = actor_run
+    buf = _buffer(redis_url, run_id)
+    prompts = arith_prompts(tok, f"{run_id}-tau", [(4, 9), (30, 2)])
+    for p in prompts:
+        p.temperature = 0.6
+    buf.put_prompts(prompts)
+    groups = collect_groups(buf, 2)
+    assert len(groups) == 2
+    raw_gap = 0.0
+    for g in groups:
+        _assert_logprobs_match(hf_model, g, temperature=0.6)
+        for r in g.responses:      # the tau = 1 reading must be told apart from the tau = 0.6 one
+            ids = torch.tensor(np.concatenate([g.prompt_ids, r.token_ids]))[None].long()
+            with torch.no_grad():
+                logits = hf_model(ids).logits[0, len(g.prompt_ids) - 1:-1].float()
+            raw = torch.log_softmax(logits, -1).gather(-1, ids[0, len(g.prompt_ids):, None])[:, 0]
+            raw_gap = max(raw_gap, float(np.abs(r.logprobs - raw.numpy()).max()))
+    assert raw_gap > 2e-2
+
+
 def test_weight_update_changes_generations_and_version(actor_run, redis_url, tok, hf_model, tiny_world):
     from transformers import AutoModelForCausalLM
 

@@ -1,5 +1,7 @@
 """Group advantages, truncation masks, zero-advantage rejection, DAPO overlong shaping."""
 
+import math
+
 import pytest
 import torch
 
@@ -136,3 +138,21 @@ def test_broadcast_to_tokens():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
     out = broadcast_to_tokens(torch.tensor([2.0, -1.0]), mask)
     torch.testing.assert_close(out, torch.tensor([[2.0, 2.0, 0.0], [-1.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("estimator, expected", [
+    # GRPO over [1, 0, 1]: mean 2/3, Bessel var (1/9 + 4/9 + 1/9) / 2 = 1/3, std 0.577350:
+    # A = (1/3) / 0.577350 = 0.577350 and -(2/3) / 0.577350 = -1.154701.
+    ("grpo", [0.577350, -1.154701, 0.577350, 0.0]),
+    # RLOO over [1, 0, 1]: 1 - (0 + 1)/2 = 0.5, 0 - (1 + 1)/2 = -1.
+    ("rloo", [0.5, -1.0, 0.5, 0.0]),
+])
+def test_garbage_rewards_in_padding_slots_never_leak(estimator, expected):
+    # The padding slot of a ragged group holds NaN (second group: inf): the present responses'
+    # statistics and advantages are as if it were not there, and it gets exactly 0.
+    for garbage in (float("nan"), float("inf")):
+        res = _run([[1, 0, 1, garbage]], [[F] * 4], present=[[T, T, T, F]], estimator=estimator)
+        torch.testing.assert_close(res.advantages, torch.tensor([expected]), atol=1e-5, rtol=0)
+        assert res.loss_mask.tolist() == [[T, T, T, F]] and res.keep_groups.tolist() == [T]
+        assert res.metrics["reward/mean"] == pytest.approx(2 / 3)
+        assert all(math.isfinite(v) for v in res.metrics.values())

@@ -177,3 +177,67 @@ def test_tokens_beyond_the_log_ratio_clamp_are_counted():
     _, none = policy_loss(PolicyLossInputs(logp.detach(), logp.detach(), torch.ones(1, 4),
                                            torch.ones(1, 4, dtype=torch.bool)), PolicyLossConfig(), 4)
     assert none["clip/ratio_clamped_frac"] == 0.0
+
+
+def test_clip_fractions_are_verls_and_dual_clip_counts_apart():
+    # eps_low 0.2, eps_high 0.28, dual-clip c = 3, T = 6. verl: pg_losses = -A rho, pg_losses2 = -A clip(rho);
+    # pg_clipfrac = mean(pg_losses2 > pg_losses); pg_clipfrac_lower (dual) = mean((max(...) > -A c) & A < 0).
+    # t1 rho 1.5 A +1: -1.28 > -1.5 clipped high     obj  1.28 (no grad)
+    # t2 rho 1.5 A -1:  1.28 >  1.5 no               obj -1.5  (grad -A rho / T = 1.5 / 6 = 0.25)
+    # t3 rho 0.5 A -1:  0.8  >  0.5 clipped low      obj -0.8  (no grad)
+    # t4 rho 0.5 A +1: -0.8  > -0.5 no               obj  0.5  (grad -0.5 / 6)
+    # t5 rho 4.0 A -1:  1.28 >  4   no; 4 > 3 dual   obj max(-4, -3) = -3 (no grad)
+    # t6 rho 1.5 A  0: nothing clipped               obj  0
+    # loss = -(1.28 - 1.5 - 0.8 + 0.5 - 3 + 0) / 6 = 3.52 / 6
+    loss, grad, m = _loss_and_grad([1.5, 1.5, 0.5, 0.5, 4.0, 1.5], [1.0, -1.0, -1.0, 1.0, -1.0, 0.0],
+                                   eps_low=0.2, eps_high=0.28, dual_clip=3.0)
+    assert loss == pytest.approx(3.52 / 6)
+    assert grad == pytest.approx([0.0, 0.25, 0.0, -0.5 / 6, 0.0, 0.0])
+    assert m["clip/high_frac"] == pytest.approx(1 / 6) and m["clip/low_frac"] == pytest.approx(1 / 6)
+    assert m["clip/frac"] == pytest.approx(2 / 6)            # verl's pg_clipfrac
+    assert m["clip/dual_frac"] == pytest.approx(1 / 6)       # verl's pg_clipfrac_lower
+    assert m["ratio/above_band_frac"] == pytest.approx(4 / 6) and m["ratio/below_band_frac"] == pytest.approx(2 / 6)
+
+
+def test_one_rank_or_two_ranks_or_two_micro_batches_give_the_same_loss_and_gradient():
+    # Mini-batch: response a (1 token, rho 1.1, A +1) and b (3 tokens, rho 1.0, 0.9, 0.7, A -1); eps 0.2, T = 4.
+    # obj: a 1.1; b -1, -0.9, min(-0.7, -0.8) = -0.8 (clipped low). Loss = -(1.1 - 2.7) / 4 = 0.4.
+    # Every log-prob is base + theta (theta = 0), so d loss / d theta = sum of the token gradients -A rho / T
+    # over unclipped tokens: -1.1/4 + 1.0/4 + 0.9/4 = 0.2. Per-rank T (1 and 3) would give
+    # (-1.1 + 0.9) / 2 = -0.1 instead: the global T is what keeps the split out of the gradient.
+    rows = {"a": ([1.1], 1.0), "b": ([1.0, 0.9, 0.7], -1.0)}
+
+    def micro_loss(theta, names, total):
+        n = max(len(rows[k][0]) for k in names)
+        logp = torch.zeros(len(names), n, dtype=torch.float64)
+        mask = torch.zeros(len(names), n, dtype=torch.bool)
+        for i, k in enumerate(names):
+            logp[i, :len(rows[k][0])] = torch.log(torch.tensor(rows[k][0], dtype=torch.float64))
+            mask[i, :len(rows[k][0])] = True
+        adv = torch.tensor([rows[k][1] for k in names], dtype=torch.float64)
+        inputs = PolicyLossInputs(logp + theta, torch.zeros_like(logp), adv, mask)
+        return policy_loss(inputs, PolicyLossConfig(), total)[0]
+
+    theta = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    full = micro_loss(theta, ["a", "b"], 4)
+    full.backward()
+    assert full.item() == pytest.approx(0.4) and theta.grad.item() == pytest.approx(0.2)
+
+    # 2 ranks, one micro-batch each, DeepSpeed semantics: backward(loss * world), gradients averaged.
+    scale = deepspeed_loss_scale(1, 2, scale_wrt_gas=False)
+    per_rank_losses, per_rank_grads = [], []
+    for names in (["a"], ["b"]):
+        theta = torch.zeros((), dtype=torch.float64, requires_grad=True)
+        loss = micro_loss(theta, names, 4)                     # T_global = 1 + 3 (all-reduced)
+        (loss * scale).backward()
+        per_rank_losses.append(loss.item())
+        per_rank_grads.append(theta.grad.item())
+    assert per_rank_losses == pytest.approx([-0.275, 0.675]) and sum(per_rank_losses) == pytest.approx(0.4)
+    assert sum(per_rank_grads) / 2 == pytest.approx(0.2)
+
+    # 1 rank, 2 micro-batches, DeepSpeed's default backward (loss / gas): scale by gas.
+    scale = deepspeed_loss_scale(2, 1)
+    theta = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    for names in (["b"], ["a"]):
+        (micro_loss(theta, names, 4) * scale / 2).backward()
+    assert theta.grad.item() == pytest.approx(0.2)
