@@ -216,7 +216,7 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
             proc.communicate()
             return [_failed(f"sandbox exceeded its overall deadline of {deadline:g} s", timeout=True)] * len(tests)
         try:
-            report = json.loads(out)
+            report = _parse_report(out)
         except ValueError:
             tail = err.decode("utf-8", "replace")[-500:]
             return [_failed(f"sandbox launcher died (exit {proc.returncode}): {tail}")] * len(tests)
@@ -237,6 +237,21 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
         return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
     iso = tuple(report["isolation"])
     return [_result(t, r, iso) for t, r in zip(tests, report["tests"], strict=True)]
+
+
+def _parse_report(out: bytes) -> dict:
+    """init's report: one JSON line, then each test's raw stdout (its length in "stdout_bytes"), decoded
+    here from a view of `out`, without a copy (see init._write_report). ValueError if malformed."""
+    end = out.find(b"\n")
+    report = json.loads(out if end < 0 else out[:end])
+    view, offset = memoryview(out)[end + 1:], 0
+    for test in report.get("tests", ()):
+        size = test.pop("stdout_bytes")
+        if type(size) is not int or not 0 <= size <= len(view) - offset:
+            raise ValueError("stdout lengths do not match the report")
+        test["stdout"] = str(view[offset:offset + size], "utf-8", "replace")
+        offset += size
+    return report
 
 
 def hidden_paths(limits: SandboxLimits) -> list[str]:
@@ -275,7 +290,10 @@ def _result(test: CodeTest, r: dict, isolation: tuple[str, ...]) -> SandboxResul
     elif r["signal"] is not None:
         error = f"killed by signal {_signal_name(r['signal'])}"
     elif status is None:
-        error = f"exited (code {r['exit']}) before the harness finished"
+        # A stdio program that ends with os._exit(0) (the fast-exit idiom, after flushing) skips the
+        # harness's record but has exited normally: its stdout, judged outside, is its answer.
+        ok = test.kind == "stdio" and r["exit"] == 0
+        error = "" if ok else f"exited (code {r['exit']}) before the harness finished"
     elif status != "ok":
         error = verdict.get("error", status)
     elif r["exit"] != 0:
