@@ -15,7 +15,9 @@ What this process reports, and why forging it gains nothing:
     asks this one, over fd 3 (a socketpair), to call the program's functions; the assertions, their
     expected values and the verdict stay in the judge, which the program cannot reach.
 The fd-3 record carries a per-test nonce from init, so an early exit after a hand-written record is
-told apart from the harness's own.
+told apart from the harness's own. The nonce is in this process's memory, so the program can still
+write a record with it: init accepts only the shapes the harness writes (init._read_record), and what
+such a record can claim (a value, "ok") is no more than the program could return.
 """
 
 import builtins

@@ -200,13 +200,37 @@ def _read_record(path: str, cap: int, nonce: str) -> dict | None:
                 "wrote to fd 3 itself)"}
     try:
         record = json.loads(lines[0])
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"status": "invalid", "error": "the result channel held text that is not a record (the program "
                 "wrote to fd 3 itself)"}
     if not isinstance(record, dict) or record.pop("nonce", None) != nonce:
         return {"status": "invalid", "error": "the result record lacks this test's nonce: the program wrote it, "
                 "not the harness"}
+    # The nonce is no proof: it is in the memory of the program's process (stdio and call tests), so the
+    # program can write a record of any shape. Only the harness's shapes pass: an error that is not a
+    # string, or a value nested deeper than the harness ever sends, made the reward worker raise (its
+    # report parser's recursion limit; `error.startswith`), and the whole group was dropped unjudged.
+    if (record.get("status") not in _STATUSES or type(record.get("error", "")) is not str
+            or not _nested_at_most(record.get("value"), MAX_VALUE_DEPTH) or set(record) - {"status", "error", "value"}):
+        return {"status": "invalid", "error": "the result record is not one the harness writes (the program "
+                "wrote it)"}
     return record
+
+
+_STATUSES = ("ok", "exception", "memory")  # what child.py and judge.py write
+MAX_VALUE_DEPTH = 256  # child._plain refuses a value nested over 200 deep
+
+
+def _nested_at_most(value, limit: int) -> bool:
+    """Is `value` (parsed JSON) at most `limit` lists/objects deep? Iterative: the depth is the program's."""
+    stack = [(value, 0)]
+    while stack:
+        x, depth = stack.pop()
+        if type(x) in (list, dict):
+            if depth >= limit:
+                return False
+            stack.extend((v, depth + 1) for v in (x.values() if type(x) is dict else x))
+    return True
 
 
 def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int | None, unseen) -> tuple[str, int]:

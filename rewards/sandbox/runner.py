@@ -243,7 +243,10 @@ def _parse_report(out: bytes) -> dict:
     """init's report: one JSON line, then each test's raw stdout (its length in "stdout_bytes"), decoded
     here from a view of `out`, without a copy (see init._write_report). ValueError if malformed."""
     end = out.find(b"\n")
-    report = json.loads(out if end < 0 else out[:end])
+    try:
+        report = json.loads(out if end < 0 else out[:end])
+    except RecursionError as e:  # init bounds what the program can nest (init._read_record); never raise here
+        raise ValueError(f"report nested too deeply: {e}") from None
     view, offset = memoryview(out)[end + 1:], 0
     for test in report.get("tests", ()):
         size = test.pop("stdout_bytes")

@@ -127,3 +127,36 @@ def test_control_bytes_do_not_multiply_the_workers_memory():
                          check=True, cwd=Path(__file__).resolve().parents[2]).stdout
     growth = json.loads(out.strip().splitlines()[-1])
     assert growth < 5 * 8 << 20, f"the worker grew by {growth >> 20} MiB for 8 MiB of output"
+
+
+# --- a record of the program's own making cannot crash the reward worker -----------------------------------
+# The harness's per-test nonce sits in the memory of the program's process (stdio and call tests), so a
+# program can write a record with it. Choosing its own value or "ok" gains nothing (the value is judged
+# outside), but a record the harness never writes made score_code raise in the reward worker, and a group
+# whose scoring raises is dead-lettered unjudged: a policy could escape a failing group's negative reward.
+FORGE = """
+import json, os, sys
+record = json.loads({record!r})
+record["nonce"] = sys._getframe(1).f_locals["nonce"]   # the harness's frame: _run(job, test, nonce, wire)
+os.write(3, (json.dumps(record) + "\\n").encode())
+os._exit(0)
+"""
+DEEP = '{"status": "ok", "value": ' + "[" * 950 + "]" * 950 + "}"
+FORGED_RECORDS = {
+    "error-not-a-string": '{"status": "exception", "error": [1]}',
+    "status-not-a-string": '{"status": {"a": 1}}',
+    "error-a-number": '{"status": "exception", "error": 5}',
+    "value-nested-950-deep": DEEP,      # parsed by init, but not by a worker already ~50 frames deep
+}
+
+
+def _score_from_deep_stack(frames: int, text: str, spec: str):
+    """score_code called `frames` calls down, as in a Ray actor's task (its stack is far from empty)."""
+    return score_code(text, spec, CFG) if frames == 0 else _score_from_deep_stack(frames - 1, text, spec)
+
+
+@pytest.mark.parametrize("spec", [ADD_CALL, ADD_STDIO], ids=["call", "stdio"])
+@pytest.mark.parametrize("name", list(FORGED_RECORDS))
+def test_forged_records_of_any_shape_score_zero(name, spec):
+    r = _score_from_deep_stack(100, block(FORGE.format(record=FORGED_RECORDS[name])), spec)
+    assert (r.reward, r.reason) == (0.0, "runtime_error"), r
