@@ -57,10 +57,10 @@ def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000, du
             pass
         memory = job["memory_mb"] << 20
         cpu = int(job["timeout_s"]) + 1
+        # RLIMIT_CORE is not here: init set it to 1, and the filter forbids changing it (see seccomp.py).
         for res, value in ((resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
                            (resource.RLIMIT_FSIZE, job["max_output_bytes"] + 1),
-                           (resource.RLIMIT_NPROC, job["nproc"]), (resource.RLIMIT_NOFILE, 256),
-                           (resource.RLIMIT_CORE, 0)):
+                           (resource.RLIMIT_NPROC, job["nproc"]), (resource.RLIMIT_NOFILE, 256)):
             resource.setrlimit(res, (value, value))
         if uid is not None:
             os.setgroups([])

@@ -384,7 +384,9 @@ def main() -> None:
         if path is not None:
             test["code_fd"] = os.open(path, os.O_RDONLY)
             os.unlink(path)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # 1, not 0: a limit of 0 still runs a core_pattern pipe helper on the host; 1 is the kernel's "abort
+    # the core" (and below any file core's minimum). Inherited by every fork; the filter keeps it there.
+    resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
     mods = _Siblings(any(t["kind"] == "assert" for t in job["tests"]))
     isolation = mods.fs.unshare_any(job)
     if "pid" in isolation:

@@ -42,7 +42,10 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     memfd_create and SysV / POSIX-mqueue IPC are refused (memory outside any process), so are
     unshare, setns and clone with namespace flags (no user namespaces, no new kernel surface),
     ptrace and process_vm_*, and kernel interfaces no test needs (bpf, perf, io_uring, keyrings,
-    userfaultfd, mount, modules...); see rewards/sandbox/seccomp.py;
+    userfaultfd, mount, modules...), and so is changing RLIMIT_CORE, which init sets to 1: the kernel's
+    "no core dump", also to a core_pattern pipe (with 0, each crash of a program the sandbox exec'd
+    starts the host's systemd-coredump or apport as root, outside every limit); see
+    rewards/sandbox/seccomp.py;
   * bounded CPU rate ("cpu"): the same cgroup carries a CPU quota of `cpus` cores (cgroup v2 cpu.max,
     or a twin cgroup in the v1 cpu hierarchy) where the cpu controller can be used, so the program's
     threads and processes together cannot take more than that from the host, however many it starts;

@@ -160,3 +160,33 @@ def _score_from_deep_stack(frames: int, text: str, spec: str):
 def test_forged_records_of_any_shape_score_zero(name, spec):
     r = _score_from_deep_stack(100, block(FORGE.format(record=FORGED_RECORDS[name])), spec)
     assert (r.reward, r.reason) == (0.0, "runtime_error"), r
+
+
+# --- core dumps ---------------------------------------------------------------------------------------------
+# A crash of a program the sandbox exec'd (its own processes are not dumpable after the uid drop) is a core
+# dump. Where core_pattern is a pipe (systemd-coredump, apport), the kernel starts that helper on the host,
+# as root, outside every namespace and limit, for each crash unless RLIMIT_CORE is exactly 1: a crash loop
+# was host load nothing here bounded (0 stops file cores only). The program may not set it back to 0.
+CORE = """
+import os, resource, subprocess, sys
+print(resource.getrlimit(resource.RLIMIT_CORE), resource.prlimit(0, resource.RLIMIT_CORE))
+for call in (lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
+             lambda: resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))):
+    try:
+        call()
+        print("lowered")
+    except (OSError, ValueError) as e:   # setrlimit's EPERM is a ValueError in Python
+        print("refused", getattr(e, "errno", None))
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))   # other limits may still be lowered
+print(resource.getrlimit(resource.RLIMIT_NOFILE))
+crash = subprocess.run([sys.executable, "-c", "import os; os.abort()"])
+print(crash.returncode, sorted(f for f in os.listdir(".") if f.startswith("core")))
+"""
+
+
+def test_core_limit_is_one_and_stays_one():
+    r = run_tests(CORE, [CodeTest("stdio")], LIMITS)[0]
+    if "seccomp" not in r.isolation:
+        pytest.skip(f"no system-call filter on this host (got {r.isolation})")
+    assert r.success, r
+    assert r.stdout.splitlines() == ["(1, 1) (1, 1)", "refused None", "refused 1", "(128, 128)", "-6 []"], r
