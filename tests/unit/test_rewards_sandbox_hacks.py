@@ -190,3 +190,26 @@ def test_core_limit_is_one_and_stays_one():
         pytest.skip(f"no system-call filter on this host (got {r.isolation})")
     assert r.success, r
     assert r.stdout.splitlines() == ["(1, 1) (1, 1)", "refused None", "refused 1", "(128, 128)", "-6 []"], r
+
+
+# --- signals -------------------------------------------------------------------------------------------------
+SIGNAL_PROOF = """
+import signal
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGXCPU, signal.SIGVTALRM):
+    signal.signal(s, signal.SIG_IGN)     # every catchable signal a timeout could be enforced with
+signal.setitimer(signal.ITIMER_REAL, 0)
+def add(a, b):
+    while True:
+        pass
+if __name__ == "__main__":
+    while True:
+        pass
+"""
+
+
+@pytest.mark.parametrize("spec", [ADD_STDIO, ADD_CALL, ADD_ASSERT], ids=["stdio", "call", "assert"])
+def test_a_program_ignoring_signals_still_times_out(spec):
+    one = json.loads(spec)
+    one = {k: v[:1] if isinstance(v, list) else v for k, v in one.items()}  # one test: one timeout to wait
+    r = score_code(block(SIGNAL_PROOF), json.dumps(one), RewardConfig(code_test_timeout_s=1.0, code_memory_mb=256))
+    assert (r.reward, r.reason) == (0.0, "timeout"), r
