@@ -1,6 +1,7 @@
 """The trusted side of the code sandbox, run as `python -I init.py` (threat model: rewards/sandbox/runner.py).
 
-Reads one JSON job on stdin, writes one JSON report on stdout. Imports only the stdlib and psutil,
+Reads one JSON job on stdin, writes one JSON report line on stdout, then the tests' raw stdout bytes
+(see _write_report). Imports only the stdlib and psutil,
 nothing from lagrl; its siblings are loaded by path: fs (namespaces, mounts), seccomp
 (the system-call filter), cgroup (memory counters), child (the untrusted side),
 judge and wire (assert tests). Shape of the process tree:
@@ -100,14 +101,14 @@ def _reap(block: bool) -> None:
             return
 
 
-def _read_capped(path: str, cap: int, tail: bool = False) -> tuple[str, bool]:
+def _read_capped(path: str, cap: int, tail: bool = False) -> tuple[bytes, bool]:
     """At most `cap` bytes (the first ones, or the last ones with `tail`), and whether there was more."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if tail and size > cap:
             f.seek(size - cap)
         data = f.read(cap + 1)
-    return data[:cap].decode("utf-8", "replace"), size > cap
+    return data[:cap], size > cap
 
 
 class _Siblings:
@@ -159,7 +160,7 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     _kill_everything(is_pid1, job["uid"])
     after = mods.cgroup.counters(job["cgroup"], job["cgroup_fd"]) if job["cgroup"] else (0, 0)
     cap = job["max_output_bytes"]
-    stdout, out_trunc = _read_capped(paths["out"], cap)
+    stdout, out_trunc = _read_capped(paths["out"], cap)  # bytes: they travel raw, see _write_report
     stderr, _ = _read_capped(paths["err"], STDERR_TAIL, tail=True)  # diagnostics: the traceback end
     verdict = _read_record(paths["val"], cap, nonce)
     for p in paths.values():
@@ -169,7 +170,7 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     return {"exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, "signal": killed,
             "timeout": stop == "timeout" or xcpu, "procs": stop == "procs",
             "memory": stop == "memory" or after != before or (verdict or {}).get("status") == "memory",
-            "peak_rss": peak, "duration": duration, "stdout": stdout, "stderr": stderr,
+            "peak_rss": peak, "duration": duration, "stdout": stdout, "stderr": stderr.decode("utf-8", "replace"),
             "truncated": out_trunc, "verdict": verdict}
 
 
@@ -190,7 +191,7 @@ def _read_record(path: str, cap: int, nonce: str) -> dict | None:
         raw, truncated = _read_capped(path, cap)
     except OSError as e:
         return {"status": "invalid", "error": f"the result channel could not be read: {e}"}
-    lines = [line for line in raw.split("\n") if line.strip()]
+    lines = [line for line in raw.decode("utf-8", "replace").split("\n") if line.strip()]
     if not lines:
         return None
     if len(lines) > 1 or truncated:
@@ -199,13 +200,37 @@ def _read_record(path: str, cap: int, nonce: str) -> dict | None:
                 "wrote to fd 3 itself)"}
     try:
         record = json.loads(lines[0])
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"status": "invalid", "error": "the result channel held text that is not a record (the program "
                 "wrote to fd 3 itself)"}
     if not isinstance(record, dict) or record.pop("nonce", None) != nonce:
         return {"status": "invalid", "error": "the result record lacks this test's nonce: the program wrote it, "
                 "not the harness"}
+    # The nonce is no proof: it is in the memory of the program's process (stdio and call tests), so the
+    # program can write a record of any shape. Only the harness's shapes pass: an error that is not a
+    # string, or a value nested deeper than the harness ever sends, made the reward worker raise (its
+    # report parser's recursion limit; `error.startswith`), and the whole group was dropped unjudged.
+    if (record.get("status") not in _STATUSES or type(record.get("error", "")) is not str
+            or not _nested_at_most(record.get("value"), MAX_VALUE_DEPTH) or set(record) - {"status", "error", "value"}):
+        return {"status": "invalid", "error": "the result record is not one the harness writes (the program "
+                "wrote it)"}
     return record
+
+
+_STATUSES = ("ok", "exception", "memory")  # what child.py and judge.py write
+MAX_VALUE_DEPTH = 256  # child._plain refuses a value nested over 200 deep
+
+
+def _nested_at_most(value, limit: int) -> bool:
+    """Is `value` (parsed JSON) at most `limit` lists/objects deep? Iterative: the depth is the program's."""
+    stack = [(value, 0)]
+    while stack:
+        x, depth = stack.pop()
+        if type(x) in (list, dict):
+            if depth >= limit:
+                return False
+            stack.extend((v, depth + 1) for v in (x.values() if type(x) is dict else x))
+    return True
 
 
 def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int | None, unseen) -> tuple[str, int]:
@@ -277,7 +302,7 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
     if "assert" in kinds:
         import ast  # noqa: F401 - the judge parses the test code
     tests = [_run_test(job, i, t, work, cap, is_pid1, mods, unseen) for i, t in enumerate(job["tests"])]
-    _write_all(result_fd, json.dumps({"isolation": isolation, "tests": tests}).encode())
+    _write_report(result_fd, isolation, tests)
 
 
 def _unseen_memory(job, mods: _Siblings, isolation: list[str]):
@@ -318,6 +343,21 @@ def _owned_bytes(directory: str, uids: set[int]) -> int:
     return total
 
 
+def _write_report(fd: int, isolation: list[str], tests: list[dict]) -> None:
+    """One JSON line (each test's stdout replaced by its length, "stdout_bytes"), then the stdouts' raw
+    bytes in test order. Not inside the JSON: it escapes what a program prints (a control byte becomes
+    six bytes, an invalid UTF-8 byte `\\ufffd`), so a program printing 1 MiB of b"\\x01" per test had the
+    reward worker buffer and parse six times the output cap (measured: 1.25 GB of worker RSS for one
+    response of 64 tests at the default 1 MiB cap, against 0.29 GB for plain ASCII)."""
+    blobs = []
+    for test in tests:
+        blobs.append(test.pop("stdout"))
+        test["stdout_bytes"] = len(blobs[-1])
+    _write_all(fd, json.dumps({"isolation": isolation, "tests": tests}).encode() + b"\n")
+    for blob in blobs:
+        _write_all(fd, blob)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -344,7 +384,9 @@ def main() -> None:
         if path is not None:
             test["code_fd"] = os.open(path, os.O_RDONLY)
             os.unlink(path)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # 1, not 0: a limit of 0 still runs a core_pattern pipe helper on the host; 1 is the kernel's "abort
+    # the core" (and below any file core's minimum). Inherited by every fork; the filter keeps it there.
+    resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
     mods = _Siblings(any(t["kind"] == "assert" for t in job["tests"]))
     isolation = mods.fs.unshare_any(job)
     if "pid" in isolation:

@@ -13,7 +13,11 @@ kills the process; x32 system calls are refused; every call in _NAMES returns EP
 socketpair work for AF_UNIX, AF_INET and AF_INET6 only (EAFNOSUPPORT otherwise: AF_VSOCK reaches the
 hypervisor host whatever the network namespace, AF_NETLINK, AF_PACKET and AF_ALG are kernel surface);
 clone3 returns ENOSYS (its flags sit in user memory, which BPF cannot read; glibc then falls back to
-clone); clone with a namespace flag returns EPERM; everything else is allowed.
+clone); clone with a namespace flag returns EPERM; setrlimit and prlimit64 may not set RLIMIT_CORE
+(EPERM; reading it works): init sets it to 1 before the filter, and 1 is the kernel's "no core dump,
+not even to a core_pattern pipe" (fs/coredump.c), where 0 still starts the host's pipe helper
+(systemd-coredump, apport) as root, outside every limit, for each crash of an exec'd program;
+everything else is allowed.
 """
 
 import ctypes
@@ -27,6 +31,7 @@ PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 RET_KILL_PROCESS, RET_ERRNO, RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
 LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF opcodes (class | size | mode)
 X32_SYSCALL_BIT = 0x40000000
+RLIMIT_CORE = 4
 SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6: the network namespace isolates the last two
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (CLONE_NEWTIME's bit is the exit
 # signal's for clone(2), so it is not listed; unshare, which could take it, is refused outright).
@@ -54,7 +59,8 @@ _X86_64 = dict(memfd_create=319, memfd_secret=447, shmget=29, shmat=30, msgget=6
                open_tree=428, move_mount=429, mount_setattr=442, init_module=175, finit_module=313,
                delete_module=176, kexec_load=246, kexec_file_load=320, swapon=167, swapoff=168, reboot=169,
                acct=163, quotactl=179, open_by_handle_at=304, name_to_handle_at=303, syslog=103,
-               vhangup=153, fanotify_init=300, clone=56, clone3=435, socket=41, socketpair=53)
+               vhangup=153, fanotify_init=300, clone=56, clone3=435, socket=41, socketpair=53,
+               setrlimit=160, prlimit64=302)
 _AARCH64 = dict(memfd_create=279, memfd_secret=447, shmget=194, shmat=196, msgget=186, semget=190, mq_open=180,
                 unshare=97, setns=268, ptrace=117, process_vm_readv=270, process_vm_writev=271,
                 pidfd_getfd=438, kcmp=272, bpf=280, perf_event_open=241, userfaultfd=282, io_uring_setup=425,
@@ -63,7 +69,8 @@ _AARCH64 = dict(memfd_create=279, memfd_secret=447, shmget=194, shmat=196, msgge
                 open_tree=428, move_mount=429, mount_setattr=442, init_module=105, finit_module=273,
                 delete_module=106, kexec_load=104, kexec_file_load=294, swapon=224, swapoff=225, reboot=142,
                 acct=89, quotactl=60, open_by_handle_at=265, name_to_handle_at=264, syslog=116,
-                vhangup=58, fanotify_init=262, clone=220, clone3=435, socket=198, socketpair=199)
+                vhangup=58, fanotify_init=262, clone=220, clone3=435, socket=198, socketpair=199,
+                setrlimit=164, prlimit64=261)
 _ARCHES = {"x86_64": (0xC000003E, _X86_64), "aarch64": (0xC00000B7, _AARCH64)}  # AUDIT_ARCH_*
 
 
@@ -88,6 +95,14 @@ def filter_program() -> bytes | None:
              _insn(LD_W_ABS, 16)]  # the address family (args[0]); each match jumps to the allow below
     prog += [_insn(JEQ_K, family, len(SOCKET_FAMILIES) - i, 0) for i, family in enumerate(SOCKET_FAMILIES)]
     prog += [_insn(RET_K, RET_ERRNO | errno.EAFNOSUPPORT), _insn(RET_K, RET_ALLOW)]
+    # RLIMIT_CORE stays 1 (see the module docstring): setrlimit(resource = args[0]) and
+    # prlimit64(pid, resource = args[1], new = args[2] != NULL) may not set it; other limits may be set.
+    prog += [_insn(JEQ_K, numbers["setrlimit"], 0, 4), _insn(LD_W_ABS, 16),
+             _insn(JEQ_K, RLIMIT_CORE, 0, 1), deny, _insn(RET_K, RET_ALLOW)]
+    prog += [_insn(JEQ_K, numbers["prlimit64"], 0, 8), _insn(LD_W_ABS, 24),
+             _insn(JEQ_K, RLIMIT_CORE, 0, 5), _insn(LD_W_ABS, 32),  # the new limit's pointer: low word,
+             _insn(JEQ_K, 0, 0, 2), _insn(LD_W_ABS, 36),             # then high word
+             _insn(JEQ_K, 0, 1, 0), deny, _insn(RET_K, RET_ALLOW)]
     prog += [_insn(JEQ_K, numbers["clone3"], 0, 1), _insn(RET_K, RET_ERRNO | errno.ENOSYS),
              _insn(JEQ_K, numbers["clone"], 0, 3), _insn(LD_W_ABS, 16),  # clone's flags (low word)
              _insn(JSET_K, CLONE_NAMESPACE_FLAGS, 0, 1), deny,

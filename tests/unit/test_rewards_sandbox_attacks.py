@@ -554,6 +554,10 @@ def test_several_records_on_the_result_channel_are_named_as_such():
     ('{"status": "ok", "nonce": "N"}\n{"status": "ok", "nonce": "N"}\n', "2 records"),
     ('junk{"status": "ok", "nonce": "N"}\n', "not a record"),
     ('{"status": "ok", "nonce": "other"}\n', "nonce"),
+    ('{"status": "exception", "error": [1], "nonce": "N"}\n', "not one the harness writes"),
+    ('{"status": "passed", "nonce": "N"}\n', "not one the harness writes"),
+    ('{"status": "ok", "value": ' + "[" * 300 + "]" * 300 + ', "nonce": "N"}\n', "not one the harness writes"),
+    ('{"status": "ok", "value": ' + "[" * 1500 + "]" * 1500 + ', "nonce": "N"}\n', "not a record"),
     (None, "could not be read"),
 ])
 def test_result_record_errors(tmp_path, content, message):
