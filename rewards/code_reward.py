@@ -173,7 +173,8 @@ def limits_from(cfg: RewardConfig) -> SandboxLimits:
     return SandboxLimits(timeout_s=cfg.code_test_timeout_s, memory_mb=cfg.code_memory_mb,
                          max_output_bytes=cfg.max_output_bytes, max_procs=cfg.code_max_procs,
                          tmpfs_mb=cfg.code_tmpfs_mb, namespaces=cfg.code_use_namespaces,
-                         hidden_paths=cfg.code_hidden_paths, cpus=cfg.code_cpus)
+                         hidden_paths=cfg.code_hidden_paths, cpus=cfg.code_cpus,
+                         stop_after_timeout=cfg.code_all_or_nothing)      # one timeout decides the reward
 
 
 def score_code(text: str, answer: str, cfg: RewardConfig | None = None) -> RewardResult:

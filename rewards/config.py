@@ -69,7 +69,9 @@ class RewardConfig(BaseModel):
     code_max_chars: int = Field(
         100_000, ge=100, le=10_000_000, description="Longer extracted programs are rejected unrun.")
     code_all_or_nothing: bool = Field(
-        False, description="False: reward = fraction of tests passed. True: 1 only if every test passes.")
+        False, description="False: reward = fraction of tests passed. True: 1 only if every test passes "
+        "(and no test runs after one times out: the reward is decided, and a program hanging on every test "
+        "would hold its group for code_max_tests timeouts).")
     code_use_namespaces: bool = Field(
         True, description="Isolate each program in new network/mount/pid/ipc namespaces when the host "
         "allows it (root or unprivileged user namespaces). False only to exercise the fallback path.")

@@ -301,7 +301,11 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
         exec(mods.child.PRELUDE, {})
     if "assert" in kinds:
         import ast  # noqa: F401 - the judge parses the test code
-    tests = [_run_test(job, i, t, work, cap, is_pid1, mods, unseen) for i, t in enumerate(job["tests"])]
+    tests = []
+    for i, t in enumerate(job["tests"]):
+        tests.append(_run_test(job, i, t, work, cap, is_pid1, mods, unseen))
+        if tests[-1]["timeout"] and job["stop_after_timeout"]:
+            break                   # the runner counts the rest as timed out
     _write_report(result_fd, isolation, tests)
 
 

@@ -137,6 +137,10 @@ class SandboxLimits:
     memory_cgroup: bool = True    # False: no per-sandbox cgroup (the seccomp + RSS path), for tests
     hidden_paths: tuple[str, ...] = ()  # also hidden where the minimal root shows their surroundings
     cpus: float | None = 1.5      # CPU quota of the whole sandbox, in cores (in its cgroup; None: none)
+    # after a test times out, run no more: the rest count as timed out (an all-or-nothing reward is
+    # decided by then, and a program that hangs on every test would otherwise hold its group for
+    # tests x timeout seconds, long enough to go stale and so escape its negative reward)
+    stop_after_timeout: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,7 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
                "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
                "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
                "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base,
-               "hidden": hidden_paths(limits)}
+               "hidden": hidden_paths(limits), "stop_after_timeout": limits.stop_after_timeout}
         cgroup = sandbox_cgroup.create(limits.memory_mb << 20, limits.cpus) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", INIT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
@@ -239,7 +243,13 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
     if "fatal" in report:
         return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
     iso = tuple(report["isolation"])
-    return [_result(t, r, iso) for t, r in zip(tests, report["tests"], strict=True)]
+    results = report["tests"]
+    stopped = limits.stop_after_timeout and 0 < len(results) < len(tests) and results[-1]["timeout"]
+    if len(results) != len(tests) and not stopped:
+        return [_failed(f"sandbox reported {len(results)} results for {len(tests)} tests")] * len(tests)
+    ran = [_result(t, r, iso) for t, r in zip(tests, results)]
+    skipped = _failed(f"not run: test {len(ran) - 1} timed out (stop_after_timeout)", timeout=True)
+    return ran + [skipped] * (len(tests) - len(ran))
 
 
 def _parse_report(out: bytes) -> dict:

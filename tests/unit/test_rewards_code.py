@@ -8,6 +8,7 @@ import pytest
 
 from rewards.code_reward import is_test_spec, parse_test_spec, score_code, stdout_matches, value_matches
 from rewards.config import RewardConfig
+from rewards.sandbox.runner import CodeTest, SandboxLimits, run_tests
 from rewards.scoring import resolve_kind, score_group
 
 CFG = RewardConfig(code_test_timeout_s=1.0, code_memory_mb=256)
@@ -129,3 +130,20 @@ def test_routing():
         resolve_kind("1", kind="chess")  # type: ignore[arg-type]
     results = score_group([block("def f(x):\n    return x * x"), "nope"], SQUARE_ASSERTS, "mbpp", CFG)
     assert [r.reason for r in results] == ["correct", "no_code"]
+
+
+def test_all_or_nothing_runs_no_test_after_a_timeout_fraction_runs_them_all():
+    # hangs on input 1 only: the fraction reward still runs (and passes) the other two tests; the all-or-nothing
+    # reward is 0 at the first timeout, so the two tests after it are not run (each would cost the timeout
+    # again for a program that hangs on every input) and count as timed out
+    hang_on_1 = block("a, b = map(int, input().split())\nwhile a == 1: pass\nprint(a + b)")
+    spec = json.dumps({"inputs": ["1 2\n", "3 4\n", "10 -5\n"], "outputs": ["3\n", "7\n", "5\n"]})
+    frac = score_code(hang_on_1, spec, CFG)
+    assert frac.reward == pytest.approx(2 / 3) and frac.reason == "timeout", frac
+    strict = score_code(hang_on_1, spec, CFG.model_copy(update={"code_all_or_nothing": True}))
+    assert strict.reward == 0.0 and strict.reason == "timeout", strict
+    assert "0/3 tests passed; test 0: timeout" in strict.detail, strict
+    runs = run_tests("while True: pass", [CodeTest("stdio", stdin="1\n")] * 4,
+                     SandboxLimits(timeout_s=0.5, stop_after_timeout=True))
+    assert runs[0].timeout and "not run" not in runs[0].error
+    assert all(r.timeout and r.error == "not run: test 0 timed out (stop_after_timeout)" for r in runs[1:]), runs

@@ -53,7 +53,9 @@ def test_infinite_loop_is_killed(limits):
     start = time.monotonic()
     r = run_code("while True:\n    pass\n", limits=limits)
     assert r.timeout and not r.success and r.error == "timeout"
-    assert time.monotonic() - start < limits.timeout_s + 3
+    # killed at its own timeout, not at the sandbox's overall deadline (timeout + 21 s for one test); the
+    # slack is for a loaded machine (10 s seen with a full test run beside it)
+    assert time.monotonic() - start < limits.timeout_s + 12
 
 
 @pytest.mark.parametrize("limits", [LIMITS, FALLBACK], ids=["ns", "fallback"])
