@@ -166,15 +166,18 @@ def adopt(path: str, pid: int) -> bool:
 
 
 def counters(path: str, dir_fd: int | None = None) -> tuple[int, int]:
-    """(times usage hit the limit, OOM kills) since the cgroup was made; a test reads them before and
-    after. Some kernels keep the first at 0 (v1 here does): an OOM kill is the signal that always counts.
+    """(times an allocation failed at the limit, OOM kills) since the cgroup was made; a test reads them
+    before and after. Some kernels keep the first at 0 (v1 here does): an OOM kill is the signal that
+    always counts. On v2 the first is memory.events' ``oom``, not ``max``: ``max`` also counts the times
+    reclaim (of page cache, say) brought usage back under the limit, which an honest program near its
+    limit does without ever lacking memory. v1 has only ``failcnt``, which counts those too: 0 there.
     `dir_fd`: the cgroup's directory opened earlier (the sandbox's init reads it from a root without /sys)."""
     if _is_v1(path):
-        hits = int(_read(path, "memory.failcnt", dir_fd))
+        hits = 0
         fields = dict(line.split() for line in _read(path, "memory.oom_control", dir_fd).splitlines() if line.strip())
     else:
         fields = dict(line.split() for line in _read(path, "memory.events", dir_fd).splitlines() if line.strip())
-        hits = int(fields.get("max", 0))
+        hits = int(fields.get("oom", 0))
     return hits, int(fields.get("oom_kill", 0))
 
 
