@@ -19,8 +19,11 @@ from typing import NamedTuple
 # A brace, or an escaped character (so `\{` / `\}` inside a set do not change the depth).
 _BRACE_OR_ESCAPE = re.compile(r"\\.|[{}]", re.DOTALL)
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-# `\boxed 5` (no braces): the argument runs to the next whitespace, `$` or end.
-_SPACE_ARG = re.compile(r"[ \t]+([^\s$]+)")
+# `\boxed 5` (no braces): the argument runs to the next whitespace, `$`, closing `\)` / `\]` or end, less
+# trailing sentence punctuation: "is \boxed 19." and "\[\boxed 19\]" mean 19, and math-verify cannot
+# parse "19." or "19\]" (it credits both when given the whole answer section). `!` stays (5! is 120).
+_SPACE_ARG = re.compile(r"[ \t]+((?:(?!\\[)\]])[^\s$])+)")
+_ARG_TRAILING_PUNCT = ".,;:"
 _OPEN_BRACE = re.compile(r"\s*\{")
 _CODE_LANGS = {"", "python", "py", "python3"}
 # Joining boxes into one answer (see final_boxes). Text between two boxes is first stripped of LaTeX
@@ -118,10 +121,12 @@ def _box_at(text: str, start: int, max_chars: int) -> tuple[Boxed, int]:
         m = _SPACE_ARG.match(text, cmd_end)
         if m is None:
             return Boxed(None, "\\boxed without an argument"), -1
-        arg = m.group(1)
+        arg = m.group(1).rstrip(_ARG_TRAILING_PUNCT)
+        if not arg:
+            return Boxed(None, "\\boxed without an argument"), -1
         if len(arg) > max_chars:
             return Boxed(None, f"box content longer than {max_chars} characters", True), -1
-        return Boxed(arg), m.end()
+        return Boxed(arg), m.start(1) + len(arg)
     i = brace.end() - 1
     depth = 0
     for m in _BRACE_OR_ESCAPE.finditer(text, i, min(len(text), i + max_chars + 2)):

@@ -89,7 +89,10 @@ class MathVerifier:
             t0 = time.monotonic()
             msg = self._read(t0 + self.startup_timeout_s)
             if msg is None or not msg.get("ready"):
-                code = self._proc.poll()
+                try:  # EOF comes when the child closes its pipes, a moment before it can be reaped:
+                    code = self._proc.wait(timeout=5.0)  # poll() alone read a crash as "not ready after 60 s"
+                except subprocess.TimeoutExpired:
+                    code = None
                 self._kill()
                 stderr.seek(0)
                 tail = stderr.read()[-1500:].decode(errors="replace").strip()

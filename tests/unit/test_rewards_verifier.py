@@ -20,6 +20,9 @@ from rewards.math_verifier import MathVerifier
 def verifier():
     v = MathVerifier(timeout_s=2.0, kill_grace_s=0.5)
     v.start()
+    v.timeout_s = 30.0  # math-verify's lazy imports on first use, under a roomy budget: on a loaded machine
+    v.verify_many("3", ["3"])  # they outlast the 0.5 s a test sets, and an ordinary "3" read as a timeout
+    v.timeout_s = 2.0
     yield v
     v.close()
 
