@@ -11,7 +11,7 @@ instead of growing until the kill. math-verify swallows most of those (the verdi
 one that reaches us is a parse_error that names the limit.
 
 Protocol (newline-delimited JSON):
-  -> {"ready": true}                                         once, after imports
+  -> {"ready": true}                                         once, after imports and a warm-up verify
   <- {"gold": str, "preds": [str, ...], "timeout": float}
   -> {"gold_ok": bool, "detail": str}                        gold parsed (or not)
   -> {"v": verdict, "d": detail}  for each pred, in order    verdict: correct|wrong|parse_error|timeout
@@ -86,6 +86,14 @@ def main() -> None:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
+    # math-verify and sympy import much of themselves on first use (~1 s, more on a loaded machine): done
+    # here, inside the start-up budget, so neither the first answer nor the first after a restart is
+    # charged with it and read as a timeout
+    try:
+        verify(parse("\\boxed{\\frac{1}{2}}", parsing_timeout=None), parse("0.5", parsing_timeout=None),
+               timeout_seconds=None)
+    except Exception:       # a warm-up only: the answers' own calls report what is wrong
+        pass
     send({"ready": True})
     for line in sys.stdin:
         req = json.loads(line)

@@ -19,10 +19,7 @@ from rewards.math_verifier import MathVerifier
 @pytest.fixture
 def verifier():
     v = MathVerifier(timeout_s=2.0, kill_grace_s=0.5)
-    v.start()
-    v.timeout_s = 30.0  # math-verify's lazy imports on first use, under a roomy budget: on a loaded machine
-    v.verify_many("3", ["3"])  # they outlast the 0.5 s a test sets, and an ordinary "3" read as a timeout
-    v.timeout_s = 2.0
+    v.start()                  # its subprocess warms math-verify's lazy imports before it is ready
     yield v
     v.close()
 
