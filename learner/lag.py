@@ -111,19 +111,9 @@ def lag_report(
     return LagReport(sample_hist, token_hist, straddled)
 
 
-def ratio_stats(
-    logprobs: Tensor,       # (B, L) learner log-probs
-    old_logprobs: Tensor,   # (B, L) behaviour (or recomputed pi_old) log-probs
-    advantages: Tensor,     # (B, L)
-    mask: Tensor,           # (B, L) bool loss mask
-    eps_low: float,
-    eps_high: float,
-    total_tokens: int | float | Tensor,
-    prefix: str = "",
-) -> dict[str, float]:
-    """:func:`ratio_stat_values`, read."""
-    return read_floats(ratio_stat_values(logprobs, old_logprobs, advantages, mask, eps_low, eps_high,
-                                         total_tokens, prefix))
+def ratio_stats(*args, **kwargs) -> dict[str, float]:
+    """:func:`ratio_stat_values` (the same arguments), read."""
+    return read_floats(ratio_stat_values(*args, **kwargs))
 
 
 def ratio_stat_values(
@@ -185,20 +175,9 @@ def lag_bucket(lag: int) -> str:
     return next(label for label, lo, hi in LAG_BUCKETS if lo <= lag and (hi is None or lag <= hi))
 
 
-def lag_bucket_stats(
-    logprobs: Tensor,       # (B, L) learner log-probs
-    old_logprobs: Tensor,   # (B, L) pi_old log-probs (behaviour unless recomputed)
-    advantages: Tensor,     # (B, L)
-    mask: Tensor,           # (B, L) bool loss mask
-    row_lag: Tensor,        # (B,) int update lag of each row (every token of a row shares it)
-    eps_low: float,
-    eps_high: float,
-    total_tokens: int | float | Tensor,
-    entropy: Tensor | None = None,   # (B, L) token entropies
-) -> dict[str, float]:
-    """:func:`lag_bucket_values`, read, without the buckets that hold no loss token."""
-    return drop_empty_buckets(read_floats(lag_bucket_values(logprobs, old_logprobs, advantages, mask, row_lag,
-                                                            eps_low, eps_high, total_tokens, entropy)))
+def lag_bucket_stats(*args, **kwargs) -> dict[str, float]:
+    """:func:`lag_bucket_values` (the same arguments), read, without the buckets that hold no loss token."""
+    return drop_empty_buckets(read_floats(lag_bucket_values(*args, **kwargs)))
 
 
 def lag_bucket_values(
