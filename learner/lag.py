@@ -211,9 +211,9 @@ def lag_bucket_values(
         present = [(label, lo, hi) for label, lo, hi in LAG_BUCKETS
                    if any(lo <= x and (hi is None or x <= hi) for x in lags)]
         lag = row_lag.to(mask.device).long().reshape(-1, 1).expand_as(mask)             # (B, L)
+        whole = len(present) == 1               # one bucket holds every row: its tokens are the mask's
         out: dict[str, Tensor] = {}
         for label, lo, hi in present:
-            whole = len(present) == 1
             in_bucket = mask if whole else mask & (lag >= lo) & (lag <= hi if hi is not None else True)   # (B, L)
             stats = overall if whole and overall is not None else ratio_stat_values(
                 logprobs, old_logprobs, advantages, in_bucket, eps_low, eps_high, total_tokens)

@@ -7,6 +7,7 @@ import os
 import time
 
 import psutil
+import pytest
 
 try:
     from rewards.sandbox import cgroup as sandbox_cgroup
@@ -58,3 +59,12 @@ def assert_nothing_survives(rss_before: int, max_growth: int = 64 << 20) -> None
     assert not leftover_processes(), "sandbox processes survived"
     assert not leftover_cgroups(), "a sandbox cgroup survived"
     assert psutil.Process().memory_info().rss - rss_before < max_growth
+
+
+@pytest.fixture(autouse=True)
+def host_stays_healthy():
+    """Every test of a module that imports this fixture: nothing of its sandboxes survives it, and this
+    process's memory grew at most by assert_nothing_survives' bound."""
+    before = psutil.Process().memory_info().rss
+    yield
+    assert_nothing_survives(before)

@@ -23,7 +23,7 @@ import pytest
 from rewards.code_reward import limits_from
 from rewards.config import RewardConfig
 from rewards.sandbox import CodeTest, SandboxLimits, check_syntax, isolation_report, run_code, run_tests
-from tests.unit.sandbox_checks import assert_nothing_survives
+from tests.unit.sandbox_checks import host_stays_healthy  # noqa: F401 - autouse: nothing of a sandbox survives a test
 
 LIMITS = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
 FALLBACK = SandboxLimits(timeout_s=1.0, memory_mb=256, max_output_bytes=4096, max_procs=16, namespaces=False)
@@ -31,12 +31,6 @@ ISOLATED = isolation_report(LIMITS)
 needs_ns = pytest.mark.skipif(not {"net", "pid", "mount"} <= set(ISOLATED),
                               reason=f"host grants no namespaces (got {ISOLATED})")
 
-
-@pytest.fixture(autouse=True)
-def host_stays_healthy():
-    before = psutil.Process().memory_info().rss
-    yield
-    assert_nothing_survives(before)
 
 
 def src(code: str) -> str:

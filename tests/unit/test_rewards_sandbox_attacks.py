@@ -11,13 +11,12 @@ import os
 import shutil
 import textwrap
 
-import psutil
 import pytest
 
 from rewards.code_reward import score_code
 from rewards.config import RewardConfig
 from rewards.sandbox import CodeTest, SandboxLimits, isolation_report, run_code, run_tests
-from tests.unit.sandbox_checks import assert_nothing_survives
+from tests.unit.sandbox_checks import host_stays_healthy  # noqa: F401 - autouse: nothing of a sandbox survives a test
 
 LIMIT_MB = 256
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=LIMIT_MB, max_output_bytes=4096, max_procs=16)
@@ -36,12 +35,6 @@ def needs_any(limits: SandboxLimits, *defences: str) -> None:
         pytest.skip(f"this host grants none of {defences} (got {sorted(GRANTED[id(limits)])})")
 SQUARE = json.dumps({"asserts": ["assert f(2) == 4", "assert f(3) == 9", "assert f(4) == 16"]})
 
-
-@pytest.fixture(autouse=True)
-def nothing_survives():
-    before = psutil.Process().memory_info().rss
-    yield
-    assert_nothing_survives(before)
 
 
 def src(code: str) -> str:

@@ -13,13 +13,12 @@ import sys
 import textwrap
 from pathlib import Path
 
-import psutil
 import pytest
 
 from rewards.code_reward import score_code
 from rewards.config import RewardConfig
 from rewards.sandbox import CodeTest, SandboxLimits, run_tests
-from tests.unit.sandbox_checks import assert_nothing_survives
+from tests.unit.sandbox_checks import host_stays_healthy  # noqa: F401 - autouse: nothing of a sandbox survives a test
 
 CFG = RewardConfig(code_test_timeout_s=3.0, code_memory_mb=256)
 LIMITS = SandboxLimits(timeout_s=3.0, memory_mb=256, max_output_bytes=4096, max_procs=16)
@@ -27,12 +26,6 @@ ADD_STDIO = json.dumps({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}
 ADD_CALL = json.dumps({"inputs": [[1, 2], [3, 4]], "outputs": [3, 7], "fn_name": "add"})
 ADD_ASSERT = json.dumps({"asserts": ["assert add(1, 2) == 3", "assert add(3, 4) == 7"]})
 
-
-@pytest.fixture(autouse=True)
-def nothing_survives():
-    before = psutil.Process().memory_info().rss
-    yield
-    assert_nothing_survives(before)
 
 
 def block(code: str) -> str:
