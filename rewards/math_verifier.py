@@ -87,10 +87,15 @@ class MathVerifier:
                                           start_new_session=True, close_fds=True)
             self._buf = b""
             t0 = time.monotonic()
-            msg = self._read(t0 + self.startup_timeout_s)
+            deadline = t0 + self.startup_timeout_s
+            msg = self._read(deadline)
             if msg is None or not msg.get("ready"):
-                try:  # EOF comes when the child closes its pipes, a moment before it can be reaped:
-                    code = self._proc.wait(timeout=5.0)  # poll() alone read a crash as "not ready after 60 s"
+                # EOF comes when the child closes its pipes, a moment before it can be reaped: poll()
+                # alone read a crash as "not ready after 60 s". A child still silent at the deadline
+                # is alive: no wait for an exit that will not come.
+                grace = 5.0 if time.monotonic() < deadline else 0.0
+                try:
+                    code = self._proc.wait(timeout=grace) if grace else self._proc.poll()
                 except subprocess.TimeoutExpired:
                     code = None
                 self._kill()

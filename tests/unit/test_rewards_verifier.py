@@ -121,3 +121,19 @@ def test_a_child_that_dies_at_start_says_why():
         v.start()
     assert time.monotonic() - t0 < 30
     v.close()
+
+
+def test_a_child_silent_past_the_start_deadline_is_killed_at_it(tmp_path, monkeypatch):
+    """A child that is alive but never says ready is killed at the start-up deadline; no further wait
+    for an exit that will not come (it once waited 5 s more to reap a child that was never dying)."""
+    import rewards.math_verifier as mv
+
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(mv, "_SERVER", str(hang))
+    v = MathVerifier(startup_timeout_s=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(mv.VerifierUnavailable, match=r"not ready after 1.0 s"):
+        v.start()
+    assert time.monotonic() - t0 < 3.5
+    assert v.pid is None
