@@ -57,6 +57,9 @@ def _all_paths(node: Any, prefix: str = "") -> list[str]:
 def apply_overrides(config: M, pairs: list[tuple[str, str]]) -> M:
     data = config.model_dump(mode="json")
     valid = _all_paths(data)
+    # A tag switch first (`--learner.entropy.type fixed`): it starts the member afresh from its own
+    # defaults, and the member's fields given with it then apply whichever order they came in.
+    pairs = sorted(pairs, key=lambda kv: not kv[0].endswith(".type"))
     for key, raw in pairs:
         node, parts = data, key.split(".")
         for i, part in enumerate(parts[:-1]):
@@ -68,7 +71,10 @@ def apply_overrides(config: M, pairs: list[tuple[str, str]]) -> M:
             close = difflib.get_close_matches(key, valid, n=3)
             hint = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
             raise ConfigError(f"unknown config key --{key}{hint}")
-        node[parts[-1]] = parse_value(raw)
+        value = parse_value(raw)
+        if parts[-1] == "type" and node.get("type") != value:
+            node.clear()        # the old member's fields are not the new one's (adaptive's target in fixed)
+        node[parts[-1]] = value
     try:
         return type(config).model_validate(data)
     except ValidationError as exc:

@@ -70,6 +70,23 @@ def test_overrides_apply_with_types():
     assert (cfg.learner.lr, cfg.steps, cfg.actors.num_actors, cfg.data.chat_template) == (2e-6, 7, 3, False)
 
 
+def test_switching_a_tagged_member_starts_it_from_its_defaults():
+    """The baseline's entropy rule is adaptive (target, delta, c_max ...); switching it to fixed or none
+    must not carry those fields over into a member that has none of them, in either order."""
+    base = get_preset("onpolicy")
+    assert base.learner.entropy.type == "adaptive"
+    for argv in (["--learner.entropy.type", "fixed", "--learner.entropy.coef", "1e-3"],
+                 ["--learner.entropy.coef", "1e-3", "--learner.entropy.type", "fixed"]):
+        cfg = apply_overrides(base, split_overrides(argv))
+        assert cfg.learner.entropy.type == "fixed" and cfg.learner.entropy.coef == 1e-3
+    assert apply_overrides(base, [("learner.entropy.type", "none")]).learner.entropy.type == "none"
+    # the same tag keeps the member's other fields
+    kept = apply_overrides(base, [("learner.entropy.delta", "0.005"), ("learner.entropy.type", "adaptive")])
+    assert kept.learner.entropy.delta == 0.005 and kept.learner.entropy.c_max == base.learner.entropy.c_max
+    with pytest.raises(ConfigError, match="coef"):          # a field the new member lacks is still an error
+        apply_overrides(base, [("learner.entropy.type", "none"), ("learner.entropy.coef", "1e-3")])
+
+
 def test_unknown_key_names_the_key_and_suggests():
     with pytest.raises(ConfigError, match=r"unknown config key --learner\.lrr.*did you mean --learner\.lr"):
         apply_overrides(get_preset("onpolicy"), [("learner.lrr", "1e-6")])
