@@ -30,7 +30,8 @@ def fair_overrides(findings: list[Finding], world: str | None, steps: int) -> di
     out = {}
     for f in findings:
         lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
-        keep = ("--learner.checkpoint_every", str(steps)) if f.final_model and (world or f.world) == "routes" else ()
+        last = str(max(steps, f.min_steps))
+        keep = ("--learner.checkpoint_every", last) if f.final_model and (world or f.world) == "routes" else ()
         out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), *keep)
     return out
 
@@ -54,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--findings", nargs="+", default=["all"], help=f"{[f.key for f in FINDINGS]} or all")
     ap.add_argument("--seeds", nargs="+", default=["3"], help="seeds per arm (>= 2 for a verdict; 3 by default), "
                     "and per finding as FINDING=N, e.g. '5 reuse=10'")
-    ap.add_argument("--steps", type=int, default=20, help="learner steps per run (20: the reuse finding alone, "
+    ap.add_argument("--steps", type=int, default=20, help="learner steps per run, or a finding's own minimum where "
+                    "it needs more (entropy_control_reuse: 40) (20: the reuse finding alone, "
                     "10 seeds, took 48 min on 2 cores; every finding with 3 seeds is estimated at 2.5-3 h)")
     ap.add_argument("--world", choices=("tiny", "reasoning", "routes"), default=None,
                     help="run every finding in this world (default: each finding's own)")
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     lrs = ", ".join(f"{f.key} lr {f.overrides[f.overrides.index('--learner.lr') + 1]}" for f in fair_findings
                     if "--learner.lr" in f.overrides)
     more = ", ".join(f"{k} {n}" for k, n in seeds.items() if n != default_seeds)
-    preamble = (f"{default_seeds} seeds per arm{f' ({more})' if more else ''}, {args.steps} learner steps per run, "
+    longer = "".join(f" ({f.key}: {f.min_steps})" for f in fair_findings if f.min_steps > args.steps)
+    preamble = (f"{default_seeds} seeds per arm{f' ({more})' if more else ''}, {args.steps} learner steps per run{longer}, "
                 f"{'paper-scale presets' if args.full else 'CPU worlds'}; one learning rate per comparison "
                 f"({lrs or 'the presets'}). Verdict: a two-sided 95% t-interval of the mean paired (by seed) "
                 f"difference on the expected side of 0 (agrees), on the other (disagrees), or containing 0; a dose-"

@@ -45,3 +45,19 @@ def test_a_run_without_final_weights_is_an_error(tmp_path):
     (tmp_path / "r").mkdir()
     error = split_entropy(RunSpec("p", (), "routes", 0, 3), tmp_path / "r")
     assert error and "no checkpoint" in error
+
+
+def test_a_finding_that_needs_more_steps_runs_them():
+    """entropy_control_reuse's entropy crosses the 0.2 target around step 23 of the tiny world's reuse-4:
+    at the report's default 20 steps the controller would never act, so the finding runs at least 40."""
+    from launch.science.findings import finding
+    from launch.science.runner import config_of, spec_for
+
+    ec, reuse = finding("entropy_control_reuse"), finding("reuse")
+    assert spec_for(ec, ec.arms[0], 0, 20, None).steps == 40 and spec_for(ec, ec.arms[0], 0, 60, None).steps == 60
+    assert spec_for(reuse, reuse.arms[0], 0, 20, None).steps == 20
+    rules = {a.name: config_of(spec_for(ec, a, 0, 20, "tiny")).learner for a in ec.arms}
+    assert {lc.batch.n_sgd for lc in rules.values()} == {16}           # one factor: the entropy rule
+    assert [(lc.entropy.type, getattr(lc.entropy, "delta", None), getattr(lc.entropy, "coef", None))
+            for lc in rules.values()] == [("adaptive", 1e-4, None), ("none", None, None), ("fixed", None, 1e-2),
+                                         ("adaptive", 5e-3, None)]
