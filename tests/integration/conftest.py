@@ -22,9 +22,38 @@ import pytest
 
 from actors.cluster.priority import START_ENV
 from tests.conftest import find_free_port
-from tests.integration.harness import alive_redis, kill_pid
+from tests.integration.harness import TRACKED_RUN_ARGV, alive_redis, kill_pid
 
 VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def tracked_run(ray_local, tiny_world, tmp_path_factory):
+    """One 3-step tiny run that two modules read, made once (a run start is most of a small run's
+    cost): every tracker on (test_tracking_run.py) and a stage boundary after step 0 (test_stages.py).
+    (run path, step rows, evaluation rows, resolved config)."""
+    import json
+
+    from launch.cli import build_config
+    from launch.run.driver import run
+
+    saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "MLFLOW_TRACKING_URI")}
+    os.environ["WANDB_MODE"] = "offline"
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        run_dir = tmp_path_factory.mktemp("tracked") / "runs"
+        cfg, _ = build_config([*TRACKED_RUN_ARGV, "--run_dir", str(run_dir)], "multistage")
+        result = run(cfg)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    read = lambda name: [json.loads(line) for line in (result.run_path / name).read_text().splitlines()]  # noqa: E731
+    rows, evals = read("metrics.jsonl"), read("evals.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2] and [e["step"] for e in evals] == [0, 3]
+    return result.run_path, rows, evals, cfg
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,13 @@ from rewards.problems import read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "monitor.ipynb"
+TRACKED_RUN_ID = "tracked-3"
+# the shared run's argv (a resume must give the same): 3 tiny multistage steps, a 7-token stage for step 0
+# (the tiny world's answers run 7 tokens, a few up to ~14, so it cuts the longer ones), then 16 tokens
+TRACKED_RUN_ARGV = ["--tiny", "--steps", "3", "--tracking", "tensorboard,wandb,mlflow",
+                    "--learner.checkpoint_every", "1", "--data.stages", '[{"max_tokens": 7, "steps": 1}, {"max_tokens": 16}]',
+                    "--data.eval_max_problems", "16", "--run_id", TRACKED_RUN_ID]
+
 # the tiny run with 2 actors and a 4-problem, 1-sample evaluation only at the ends: the transport tests' run
 TINY_TWO_ACTORS = ["--tiny", "--actors.num_actors", "2", "--data.eval_every", "0", "--data.eval_n", "1",
                    "--data.eval_max_problems", "4"]

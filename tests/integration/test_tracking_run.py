@@ -1,4 +1,4 @@
-"""Trackers on a real run: one 3-step tiny run (real Ray, vLLM, Redis, DeepSpeed) with
+"""Trackers on a real run: one 3-step tiny run (real Ray, vLLM, Redis, DeepSpeed; shared with test_stages.py) with
 ``--tracking tensorboard,wandb,mlflow`` (W&B offline, MLflow's local file store), then each tracker's
 own reader against ``metrics.jsonl`` / ``evals.jsonl``: every numeric value of every row, under the
 same name at the same step, and the resolved config as the run's hyperparameters. Then (slow, ~2 min)
@@ -13,6 +13,7 @@ import os
 import pytest
 
 from launch.run.tracking import mlflow_name
+from tests.integration.harness import TRACKED_RUN_ARGV, TRACKED_RUN_ID
 from tests.tracker_readers import (
     mlflow_run,
     mlflow_scalars,
@@ -24,35 +25,7 @@ from tests.tracker_readers import (
 
 pytestmark = pytest.mark.integration
 
-RUN_ID = "tracked-3"
-
-
-@pytest.fixture(scope="module")
-def tracked_run(ray_local, tiny_world, tmp_path_factory):
-    """The run, once for the three readers: (run path, step rows, evaluation rows, resolved config)."""
-    from launch.cli import build_config
-    from launch.run.driver import run
-
-    saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "MLFLOW_TRACKING_URI")}
-    os.environ["WANDB_MODE"] = "offline"
-    os.environ.pop("MLFLOW_TRACKING_URI", None)
-    try:
-        run_dir = tmp_path_factory.mktemp("tracked") / "runs"
-        cfg, _ = build_config(["--tiny", "--steps", "3", "--tracking", "tensorboard,wandb,mlflow",
-                               "--learner.checkpoint_every", "1",
-                               "--data.eval_max_problems", "16", "--run_dir", str(run_dir), "--run_id", RUN_ID],
-                              "onpolicy")
-        result = run(cfg)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    read = lambda name: [json.loads(line) for line in (result.run_path / name).read_text().splitlines()]  # noqa: E731
-    rows, evals = read("metrics.jsonl"), read("evals.jsonl")
-    assert [r["step"] for r in rows] == [0, 1, 2] and [e["step"] for e in evals] == [0, 3]
-    return result.run_path, rows, evals, cfg
+RUN_ID = TRACKED_RUN_ID      # the run: tests/integration/conftest.py (tracked_run), shared with test_stages.py
 
 
 def _expected(rows: list[dict], evals: list[dict]) -> dict[str, dict[int, float]]:
@@ -121,9 +94,7 @@ def test_a_resumed_run_continues_the_same_tracker_runs(tracked_run):
     run_path, rows, evals, cfg = tracked_run
     os.environ["WANDB_MODE"] = "offline"
     try:
-        again, _ = build_config(["--tiny", "--steps", "4", "--tracking", "tensorboard,wandb,mlflow",
-                                 "--learner.checkpoint_every", "1", "--data.eval_max_problems", "16",
-                                 "--run_dir", str(run_path.parent), "--run_id", RUN_ID], "onpolicy")
+        again, _ = build_config([*TRACKED_RUN_ARGV, "--steps", "4", "--run_dir", str(run_path.parent)], "multistage")
         run(again)
     finally:
         os.environ.pop("WANDB_MODE", None)
