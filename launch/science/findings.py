@@ -65,6 +65,20 @@ class Finding:
     min_steps: int = 0                       # runs at least this long whatever --steps says: its effect needs them
 
 
+def entropy_control_checks(adaptive: str, none: str, fixed: str) -> tuple[Check, ...]:
+    """Skywork-OR1's entropy-loss ablation as three checks on the arms named."""
+    return (Check("without an entropy term entropy ends lower than under adaptive control",
+                  "entropy_final", adaptive, none, "lower",
+                  "lower: with no entropy term entropy collapses toward 0 while adaptive control holds it "
+                  "near its 0.2 target (figures only)"),
+            Check("a large fixed coefficient (1e-2) drives entropy above adaptive control's",
+                  "entropy_final", adaptive, fixed, "higher",
+                  "higher: fixed coefficients of 5e-3 and 1e-2 make entropy blow up (figures only)"),
+            Check("adaptive control ends closer to its target than no entropy term",
+                  "entropy_target_gap", adaptive, none, "higher",
+                  "higher: adaptive control keeps entropy near 0.2 (figures only)"))
+
+
 LAG_DOSES = (0, 1, 2, 4, 8)
 # Every dose is measured over the same steps, max(k)..end: a lag-k run trains at lag < k in its first k
 # steps (the ramp-in), and a ratio over a longer window shows more decay, which would bias the slope.
@@ -121,16 +135,7 @@ FINDINGS: tuple[Finding, ...] = (
         "entropy_control", "Adaptive entropy control holds entropy near its target",
         "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "routes",
         (Arm("adaptive", "entropy_adaptive"), Arm("none", "entropy_none"), Arm("fixed 1e-2", "entropy_fixed_0.01")),
-        (Check("without an entropy term entropy ends lower than under adaptive control",
-               "entropy_final", "adaptive", "none", "lower",
-               "lower: with no entropy term entropy collapses toward 0 while adaptive control holds it "
-               "near its 0.2 target (figures only)"),
-         Check("a large fixed coefficient (1e-2) drives entropy above adaptive control's",
-               "entropy_final", "adaptive", "fixed 1e-2", "higher",
-               "higher: fixed coefficients of 5e-3 and 1e-2 make entropy blow up (figures only)"),
-         Check("adaptive control ends closer to its target than no entropy term",
-               "entropy_target_gap", "adaptive", "none", "higher",
-               "higher: adaptive control keeps entropy near 0.2 (figures only)")),
+        entropy_control_checks("adaptive", "none", "fixed 1e-2"),
         gpu={"adaptive": "entropy_adaptive", "none": "entropy_none", "fixed 1e-2": "entropy_fixed_0.01"}),
     Finding(
         "entropy_control_reuse", "Adaptive entropy control where entropy falls below its target",
@@ -141,16 +146,7 @@ FINDINGS: tuple[Finding, ...] = (
             ("reuse 4, adaptive", ("adaptive",)), ("reuse 4, none", ("none",)),
             ("reuse 4, fixed 1e-2", ("fixed", "--learner.entropy.coef", "0.01")),
             ("reuse 4, adaptive delta 5e-3", ("adaptive", "--learner.entropy.delta", "0.005")))),
-        (Check("without an entropy term entropy ends lower than under adaptive control",
-               "entropy_final", "reuse 4, adaptive", "reuse 4, none", "lower",
-               "lower: with no entropy term entropy collapses toward 0 while adaptive control holds it "
-               "near its 0.2 target (figures only)"),
-         Check("adaptive control ends closer to its target than no entropy term",
-               "entropy_target_gap", "reuse 4, adaptive", "reuse 4, none", "higher",
-               "higher: adaptive control keeps entropy near 0.2 (figures only)"),
-         Check("a large fixed coefficient (1e-2) drives entropy above adaptive control's",
-               "entropy_final", "reuse 4, adaptive", "reuse 4, fixed 1e-2", "higher",
-               "higher: fixed coefficients of 5e-3 and 1e-2 make entropy blow up (figures only)"),
+        (*entropy_control_checks("reuse 4, adaptive", "reuse 4, none", "reuse 4, fixed 1e-2"),
          Check("with the report text's delta (5e-3 a step) adaptive control ends closer to its target than "
                "the released scripts' 1e-4", "entropy_target_gap", "reuse 4, adaptive delta 5e-3",
                "reuse 4, adaptive", "higher",

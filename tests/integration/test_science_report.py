@@ -46,9 +46,9 @@ def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, caps
 
 @pytest.mark.slow
 @pytest.mark.timeout(0)   # no per-test limit: the whole report: hours on 2 cores
-def test_full_report_on_the_cpu_worlds(ray_local, tmp_path, reasoning_world, routes_world, capsys):
+def test_full_report_on_the_cpu_worlds(ray_local, tmp_path, tiny_world, reasoning_world, routes_world, capsys):
     """The full report as the README runs it: every finding, 3 seeds, the routes world (the entropy and
-    lag findings) and the reasoning world (the length findings). Every run finishes and every check gets a verdict from 3 paired seeds; which way the
+    lag findings), the tiny world (entropy control under reuse) and the reasoning world (the length findings). Every run finishes and every check gets a verdict from 3 paired seeds; which way the
     verdicts fall is the measurement (README), not something a test may demand."""
     from launch.science.__main__ import main
     from launch.science.findings import FINDINGS
