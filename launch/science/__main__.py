@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                     "and per finding as FINDING=N, e.g. '5 reuse=10'")
     ap.add_argument("--steps", type=int, default=20, help="learner steps per run, or a finding's own minimum where "
                     "it needs more (entropy_control_reuse: 40) (20: the reuse finding alone, "
-                    "10 seeds, took 48 min on 2 cores; every finding with 3 seeds is estimated at 2.5-3 h)")
+                    "10 seeds, took 48 min on 2 cores; every finding with 3 seeds is estimated at 2.5-3 h, of which "
+                    "entropy_control_reuse's 12 tiny runs of 40 steps take ~20 min)")
     ap.add_argument("--world", choices=("tiny", "reasoning", "routes"), default=None,
                     help="run every finding in this world (default: each finding's own)")
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
