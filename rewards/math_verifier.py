@@ -90,14 +90,15 @@ class MathVerifier:
             deadline = t0 + self.startup_timeout_s
             msg = self._read(deadline)
             if msg is None or not msg.get("ready"):
-                # EOF comes when the child closes its pipes, a moment before it can be reaped: poll()
-                # alone read a crash as "not ready after 60 s". A child still silent at the deadline
-                # is alive: no wait for an exit that will not come.
-                grace = 5.0 if time.monotonic() < deadline else 0.0
-                try:
-                    code = self._proc.wait(timeout=grace) if grace else self._proc.poll()
-                except subprocess.TimeoutExpired:
-                    code = None
+                if time.monotonic() < deadline:
+                    # EOF comes when the child closes its pipes, a moment before it can be reaped:
+                    # poll() alone read a crash as "not ready after 60 s"
+                    try:
+                        code = self._proc.wait(timeout=5.0)
+                    except subprocess.TimeoutExpired:
+                        code = None
+                else:       # still silent at the deadline: alive, no wait for an exit that will not come
+                    code = self._proc.poll()
                 self._kill()
                 stderr.seek(0)
                 tail = stderr.read()[-1500:].decode(errors="replace").strip()

@@ -30,7 +30,7 @@ def fair_overrides(findings: list[Finding], world: str | None, steps: int) -> di
     out = {}
     for f in findings:
         lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
-        last = str(max(steps, f.min_steps))
+        last = str(f.steps_for(steps))
         keep = ("--learner.checkpoint_every", last) if f.final_model and (world or f.world) == "routes" else ()
         out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), *keep)
     return out
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     lrs = ", ".join(f"{f.key} lr {f.overrides[f.overrides.index('--learner.lr') + 1]}" for f in fair_findings
                     if "--learner.lr" in f.overrides)
     more = ", ".join(f"{k} {n}" for k, n in seeds.items() if n != default_seeds)
-    longer = "".join(f" ({f.key}: {f.min_steps})" for f in fair_findings if f.min_steps > args.steps)
+    longer = "".join(f" ({f.key}: {f.steps_for(args.steps)})" for f in fair_findings
+                     if f.steps_for(args.steps) > args.steps)
     preamble = (f"{default_seeds} seeds per arm{f' ({more})' if more else ''}, {args.steps} learner steps per run{longer}, "
                 f"{'paper-scale presets' if args.full else 'CPU worlds'}; one learning rate per comparison "
                 f"({lrs or 'the presets'}). Verdict: a two-sided 95% t-interval of the mean paired (by seed) "

@@ -64,6 +64,10 @@ class Finding:
     final_model: bool = False                # its routes runs keep their final weights and split their entropy
     min_steps: int = 0                       # runs at least this long whatever --steps says: its effect needs them
 
+    def steps_for(self, asked: int) -> int:
+        """The learner steps its runs take when ``--steps asked`` is given."""
+        return max(asked, self.min_steps)
+
 
 def entropy_control_checks(adaptive: str, none: str, fixed: str) -> tuple[Check, ...]:
     """Skywork-OR1's entropy-loss ablation as three checks on the arms named."""

@@ -59,7 +59,7 @@ class RunSpec:
 
 
 def spec_for(finding: Finding, arm: Arm, seed: int, steps: int, world: str | None) -> RunSpec:
-    return RunSpec(arm.preset, (*finding.overrides, *arm.overrides), world, seed, max(steps, finding.min_steps))
+    return RunSpec(arm.preset, (*finding.overrides, *arm.overrides), world, seed, finding.steps_for(steps))
 
 
 def config_of(spec: RunSpec):

@@ -32,7 +32,6 @@ needs_ns = pytest.mark.skipif(not {"net", "pid", "mount"} <= set(ISOLATED),
                               reason=f"host grants no namespaces (got {ISOLATED})")
 
 
-
 def src(code: str) -> str:
     return textwrap.dedent(code).strip() + "\n"
 

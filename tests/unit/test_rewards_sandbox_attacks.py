@@ -36,7 +36,6 @@ def needs_any(limits: SandboxLimits, *defences: str) -> None:
 SQUARE = json.dumps({"asserts": ["assert f(2) == 4", "assert f(3) == 9", "assert f(4) == 16"]})
 
 
-
 def src(code: str) -> str:
     return textwrap.dedent(code).strip() + "\n"
 

@@ -27,7 +27,6 @@ ADD_CALL = json.dumps({"inputs": [[1, 2], [3, 4]], "outputs": [3, 7], "fn_name":
 ADD_ASSERT = json.dumps({"asserts": ["assert add(1, 2) == 3", "assert add(3, 4) == 7"]})
 
 
-
 def block(code: str) -> str:
     return f"```python\n{textwrap.dedent(code).strip()}\n```\n"
 
