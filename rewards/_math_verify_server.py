@@ -12,7 +12,7 @@ one that reaches us is a parse_error that names the limit.
 
 Protocol (newline-delimited JSON):
   -> {"ready": true}                                         once, after imports and a warm-up verify
-  <- {"gold": str, "preds": [str, ...], "timeout": float}
+  <- {"gold": str, "preds": [str, ...], "timeout": float, "group_timeout": float, "late_timeout": float}
   -> {"gold_ok": bool, "detail": str}                        gold parsed (or not)
   -> {"v": verdict, "d": detail}  for each pred, in order    verdict: correct|wrong|parse_error|timeout
 """
@@ -25,6 +25,7 @@ import re
 import resource
 import signal
 import sys
+import time
 
 _DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox|\\begin\{(?:equation|align)")
 
@@ -98,6 +99,9 @@ def main() -> None:
     for line in sys.stdin:
         req = json.loads(line)
         gold, timeout = req["gold"], float(req["timeout"])
+        # once the group's budget (what is left of it, in a request resent after a kill) is spent, each
+        # answer left gets the short late timer
+        group_deadline = time.monotonic() + float(req["group_timeout"])
         try:
             # A gold with math delimiters is parsed as given, else boxed first; the other form is the
             # fallback. Without delimiters math-verify's plain-expression reading may take only a
@@ -119,10 +123,13 @@ def main() -> None:
         if not golds:
             continue
         for pred in req["preds"]:
+            late = time.monotonic() >= group_deadline
+            budget = min(timeout, float(req["late_timeout"])) if late else timeout
             try:
-                verdict, detail = timed(lambda: _judge(parse, verify, golds, pred), timeout)
+                verdict, detail = timed(lambda: _judge(parse, verify, golds, pred), budget)
             except _SoftTimeout:
-                verdict, detail = "timeout", f"math-verify exceeded {timeout:g} s"
+                verdict, detail = "timeout", f"math-verify exceeded {budget:g} s" + (
+                    " (the group's budget was spent)" if late else "")
             except MemoryError:
                 verdict, detail = "parse_error", f"MemoryError: over the verifier's {limit >> 20} MiB memory limit"
             except Exception as e:  # noqa: BLE001

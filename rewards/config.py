@@ -27,6 +27,11 @@ class RewardConfig(BaseModel):
     math_kill_grace_s: float = Field(
         1.0, ge=0.05, le=60, description="Extra time past math_timeout_s before the parent kills a "
         "verifier subprocess that did not honour its soft timeout.")
+    math_group_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="Wall-clock budget for all the distinct answers of one group "
+        "together. Once it is spent, each answer left gets a short timer (0.25 s; an ordinary answer "
+        "takes 1-5 ms), so a group of 16 different slow answers costs ~this plus 4 s, not 16 x "
+        "math_timeout_s. An answer cut short is a timeout (reward as wrong), never dropped.")
     math_startup_timeout_s: float = Field(
         60.0, gt=0, le=600, description="How long a fresh verifier subprocess may take to import "
         "math-verify/sympy (≈0.5 s idle, much more on a loaded machine) before scoring gives up with "

@@ -52,7 +52,8 @@ def score_math_group(texts: Sequence[str], gold: str, cfg: RewardConfig | None =
     answers = list(pending)
     if gold:
         verifier = verifier or default_verifier(cfg.math_timeout_s, cfg.math_kill_grace_s,
-                                                cfg.math_startup_timeout_s, cfg.math_memory_mb)
+                                                cfg.math_startup_timeout_s, cfg.math_memory_mb,
+                                                cfg.math_group_timeout_s)
         gold_ok, gold_detail, verdicts = verifier.verify_many(gold, answers)
     else:
         gold_ok, gold_detail, verdicts = False, "empty gold answer", []

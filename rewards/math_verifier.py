@@ -12,7 +12,11 @@ forever; no thread can be interrupted out of C code, but a process can be killed
     and an address-space limit (memory_mb, RLIMIT_AS), so an answer that builds a huge number fails
     there with MemoryError instead of growing until the kill;
   * the parent waits timeout + grace per answer; past that it kills the child's process group,
-    records `timeout` for that answer and resends the rest to a fresh child.
+    records `timeout` for that answer and resends the rest to a fresh child;
+  * a group's distinct answers share a budget too (group_timeout_s): once it is spent, each answer
+    left gets a short timer (LATE_TIMEOUT_S, ~100x what an ordinary answer takes; the parent's
+    kill follows it too), so a policy that writes 16 different slow answers costs its group ~group_timeout_s plus
+    a fraction of a second per answer, not 16 x timeout_s (80 s at the defaults).
 
 Cost: ~0.1 ms of JSON + pipe round trip per group (negligible next to the 1-5 ms math-verify needs
 per answer; see bench/reward_throughput.py), one extra Python process (~60-100 MB RSS with sympy)
@@ -36,6 +40,9 @@ import time
 from pathlib import Path
 
 _SERVER = str(Path(__file__).with_name("_math_verify_server.py"))
+LATE_TIMEOUT_S = 0.25       # an answer's timer once its group's budget is spent
+LATE_MARGIN_S = 0.5         # the parent's clock runs ahead of the child's: its kill uses the late
+                            # timer only this long past the deadline, never before the child does
 
 
 class VerifierUnavailable(RuntimeError):
@@ -47,8 +54,9 @@ class MathVerifier:
     for a bad answer; verdicts are "correct" | "wrong" | "parse_error" | "timeout"."""
 
     def __init__(self, timeout_s: float = 5.0, kill_grace_s: float = 1.0, startup_timeout_s: float = 60.0,
-                 memory_mb: int = 2048):
+                 memory_mb: int = 2048, group_timeout_s: float = 10.0):
         self.timeout_s, self.kill_grace_s, self.startup_timeout_s = timeout_s, kill_grace_s, startup_timeout_s
+        self.group_timeout_s = group_timeout_s
         self.memory_mb = memory_mb  # the subprocess's RLIMIT_AS, from its next start
         self._proc: subprocess.Popen | None = None
         self._buf = b""
@@ -140,10 +148,11 @@ class MathVerifier:
         except ValueError:  # protocol corrupted: treat like a dead child (caller kills and restarts)
             return None
 
-    def _send(self, gold: str, preds: list[str]) -> bool:
+    def _send(self, gold: str, preds: list[str], group_deadline: float) -> bool:
+        request = {"gold": gold, "preds": preds, "timeout": self.timeout_s, "late_timeout": LATE_TIMEOUT_S,
+                   "group_timeout": max(group_deadline - time.monotonic(), 0.0)}
         try:
-            self._proc.stdin.write((json.dumps({"gold": gold, "preds": preds, "timeout": self.timeout_s})
-                                    + "\n").encode())
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError):
@@ -154,6 +163,7 @@ class MathVerifier:
         budget = self.timeout_s + self.kill_grace_s
         verdicts: list[tuple[str, str]] = []
         with self._lock:
+            group_deadline = time.monotonic() + self.group_timeout_s     # a resend after a kill keeps it
             first, send_failures = True, 0
             while first or len(verdicts) < len(preds):
                 rest = preds[len(verdicts):]
@@ -161,7 +171,7 @@ class MathVerifier:
                     self._ensure_started()
                 except VerifierUnavailable as e:
                     return True, "", verdicts + [("timeout", str(e))] * len(rest)
-                if not self._send(gold, rest):  # the child died between requests: one fresh try
+                if not self._send(gold, rest, group_deadline):  # the child died between requests: one fresh try
                     self._restart()
                     send_failures += 1
                     if send_failures > 1:
@@ -177,12 +187,14 @@ class MathVerifier:
                     return False, msg["detail"], []
                 first = False
                 for _ in rest:
-                    msg = self._read(time.monotonic() + budget)
+                    now = time.monotonic()
+                    late = now > group_deadline + LATE_MARGIN_S
+                    msg = self._read(now + (min(self.timeout_s, LATE_TIMEOUT_S) + self.kill_grace_s if late else budget))
                     if msg is None:  # stuck in C past the soft timer, or crashed: kill, record, resend the rest
                         crashed = self._proc.poll() is not None
                         self._restart()
                         verdicts.append(("parse_error", "verifier process crashed") if crashed else
-                                        ("timeout", f"verifier killed after {budget:g} s"))
+                                        ("timeout", f"verifier killed after {time.monotonic() - now:.2g} s"))
                         break
                     verdicts.append((msg["v"], msg["d"]))
             return True, "", verdicts
@@ -196,15 +208,15 @@ _default: MathVerifier | None = None
 _default_lock = threading.Lock()
 
 
-def default_verifier(timeout_s: float = 5.0, kill_grace_s: float = 1.0,
-                     startup_timeout_s: float = 60.0, memory_mb: int = 2048) -> MathVerifier:
+def default_verifier(timeout_s: float = 5.0, kill_grace_s: float = 1.0, startup_timeout_s: float = 60.0,
+                     memory_mb: int = 2048, group_timeout_s: float = 10.0) -> MathVerifier:
     """The process-wide verifier used by the in-process scorer (timeouts updated to the caller's; a new
     memory limit holds from the subprocess's next start)."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = MathVerifier(timeout_s, kill_grace_s, startup_timeout_s, memory_mb)
+            _default = MathVerifier(timeout_s, kill_grace_s, startup_timeout_s, memory_mb, group_timeout_s)
             atexit.register(_default.close)
-        _default.timeout_s, _default.kill_grace_s = timeout_s, kill_grace_s
+        _default.timeout_s, _default.kill_grace_s, _default.group_timeout_s = timeout_s, kill_grace_s, group_timeout_s
         _default.startup_timeout_s, _default.memory_mb = startup_timeout_s, memory_mb
         return _default

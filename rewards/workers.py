@@ -36,7 +36,8 @@ class _RewardWorkerImpl:
     def __init__(self, cfg: dict | None = None):
         self.cfg = RewardConfig.model_validate(cfg or {})
         self.verifier = MathVerifier(self.cfg.math_timeout_s, self.cfg.math_kill_grace_s,
-                                     self.cfg.math_startup_timeout_s, self.cfg.math_memory_mb)
+                                     self.cfg.math_startup_timeout_s, self.cfg.math_memory_mb,
+                                     self.cfg.math_group_timeout_s)
         self.verifier.start()  # pay the sympy import at pool start, not on the first group
         sweep_stale_cgroups()  # what a crashed worker (this one's previous life, say) left behind
         self.groups_scored = 0

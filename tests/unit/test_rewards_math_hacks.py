@@ -217,6 +217,31 @@ def test_slow_answers_do_not_cost_the_group_its_verdicts():
     assert elapsed < len(slow) * budget + 15, f"{elapsed:.1f} s"  # + a fresh sympy import after a kill
 
 
+def test_a_group_of_many_slow_answers_costs_its_budget_not_each_answers_timeout():
+    """16 different slow answers used to cost 16 x math_timeout_s (80 s at the defaults): once the group's
+    budget is spent each answer left gets a short timer, and the ordinary answers after them still verify."""
+    cfg = TIGHT.model_copy(update={"math_group_timeout_s": 2.0})
+    v = MathVerifier(cfg.math_timeout_s, cfg.math_kill_grace_s, group_timeout_s=cfg.math_group_timeout_s)
+    v.start()
+    v.timeout_s = 10.0
+    v.verify_many("19", ["19"])  # math-verify's lazy imports under a roomy budget
+    v.timeout_s = cfg.math_timeout_s
+    slow = [f"\\boxed{{(x+{c})^{{3000}}}}" for c in range(1, 17)]    # 16 distinct, each > 1 s of sympy in Python
+    texts = [r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"]
+    try:
+        start = time.monotonic()
+        results = score_math_group(texts, "19", cfg, v)
+        elapsed = time.monotonic() - start
+    finally:
+        v.close()
+    assert [r.reason for r in results[:1] + results[-2:]] == ["correct", "wrong", "correct"], results
+    assert all(r.reward == 0.0 and r.reason in ("timeout", "parse_error") for r in results[1:-2]), results
+    assert any("budget was spent" in r.detail for r in results[1:-2]), results
+    # the budget, the answer running when it ran out, 16 late timers (5.6 s measured); with each answer
+    # given its own 1 s the group took 16.1 s
+    assert elapsed < 2.0 + 1.0 + 16 * 0.25 + 4, f"{elapsed:.1f} s"
+
+
 def _golds() -> list[str]:
     golds: dict[str, None] = {}
     for path in sorted(EVAL_DATA.glob("*.jsonl")):
