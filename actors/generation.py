@@ -442,7 +442,9 @@ class GenerationActorImpl:
         return results, time.time()
 
     def _flush_scored(self, block: bool) -> None:
-        remaining = []
+        """Store every group whose scoring finished (all of them when ``block``), those of one buffer in
+        one round trip: groups often finish together, at the end of a batch."""
+        remaining, scored = [], {}
         for job in self._scoring:
             if not (block or job.future.done()):
                 remaining.append(job)
@@ -463,8 +465,10 @@ class GenerationActorImpl:
             for resp, result in zip(job.group.responses, results):
                 resp.reward = float(result.reward)
                 resp.reward_info = {"reason": result.reason, "extracted": result.extracted}
-            job.buffer.put_group(job.group, job.entry_id)
-            self.stats.prompts_done += 1
+            scored.setdefault(id(job.buffer), (job.buffer, []))[1].append((job.group, job.entry_id))
+        for buffer, items in scored.values():
+            buffer.put_groups(items)
+            self.stats.prompts_done += len(items)
         self._scoring = remaining
 
     def _drain(self) -> None:

@@ -62,21 +62,72 @@ class GroupChannel:
         """
         payload = Parts(group_frame_parts(group))    # the arrays go to the socket uncopied
         if len(payload) > self.cfg.max_message_bytes:
-            pipe = self.client.pipeline(transaction=True)
-            self.deadletters.add(pipe, "put_group", "oversize", payload.prefix(self.cfg.deadletter_raw_bytes),
-                                 f"group {group.group_id}: {len(payload)} bytes > {self.cfg.max_message_bytes}",
-                                 raw_len=len(payload))   # never joined whole: it is oversize
-            if prompt_entry_id:
-                self.prompts.ack_rejected(pipe, prompt_entry_id)
-            pipe.execute()
+            self._reject_oversize(group, payload, prompt_entry_id)
             return ""
-        keys = [self.keys.groups, self.keys.counters, self.keys.prompts, self.keys.prompt_stream.acked,
+        return self._stored(self.scripts.put_group(keys=self._put_keys, args=self._put_args(
+            group, payload, prompt_entry_id)), group, prompt_entry_id, payload)
+
+    def put_many(self, items: list[tuple[Group, str | None]]) -> list[str]:
+        """:meth:`put` for several groups, their scripts sent in one round trip (each still atomic on
+        its own); one entry id (or '') per item, in order. A group that finds no room waits for it
+        alone, after the others are stored. An actor flushes the groups whose scoring finished
+        together this way: at 1K-token groups the round trip was a third of a put's time."""
+        if len(items) == 1:                 # no pipeline for one: it measured slower than the plain call
+            return [self.put(*items[0])]
+        out = [""] * len(items)
+        # EVALSHA by hand: a pipeline holding Script objects first asks SCRIPT EXISTS, one more round trip
+        pipe = self.client.pipeline(transaction=False)
+        keys, sent = self._put_keys, []     # sent: (index, payload) of each script in the pipeline
+        for i, (group, entry_id) in enumerate(items):
+            payload = Parts(group_frame_parts(group))    # the arrays go to the socket uncopied
+            if len(payload) > self.cfg.max_message_bytes:
+                self._reject_oversize(group, payload, entry_id)
+                continue
+            pipe.evalsha(self.scripts.put_group.sha, len(keys), *keys, *self._put_args(group, payload, entry_id))
+            sent.append((i, payload))
+        replies = pipe.execute(raise_on_error=False) if sent else []
+        for (i, payload), reply in zip(sent, replies, strict=True):
+            if isinstance(reply, redis.exceptions.NoScriptError):    # a restarted server: the call loads it
+                reply = self.scripts.put_group(keys=keys, args=self._put_args(items[i][0], payload, items[i][1]))
+            elif isinstance(reply, Exception):
+                raise reply
+            out[i] = self._stored(reply, *items[i], payload)
+        return out
+
+    def _stored(self, reply, group: Group, prompt_entry_id: str | None, payload: Parts) -> str:
+        """The entry id from a put script's reply, after waiting for room if it found none; '' for a
+        duplicate answer."""
+        status, entry_id = reply
+        if status == 0:
+            return self._put_waiting(group, prompt_entry_id, payload)
+        return entry_id.decode() if status == 1 else ""
+
+    @property
+    def _put_keys(self) -> list[str]:
+        return [self.keys.groups, self.keys.counters, self.keys.prompts, self.keys.prompt_stream.acked,
                 self.keys.consumed, self.keys.fresh]
-        args = [payload, self.cfg.max_unconsumed_groups, prompt_entry_id or "", PROMPT_READERS, group.group_id]
+
+    def _put_args(self, group: Group, payload: Parts, prompt_entry_id: str | None) -> list:
+        return [payload, self.cfg.max_unconsumed_groups, prompt_entry_id or "", PROMPT_READERS, group.group_id]
+
+    def _reject_oversize(self, group: Group, payload: Parts, prompt_entry_id: str | None) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        self.deadletters.add(pipe, "put_group", "oversize", payload.prefix(self.cfg.deadletter_raw_bytes),
+                             f"group {group.group_id}: {len(payload)} bytes > {self.cfg.max_message_bytes}",
+                             raw_len=len(payload))   # never joined whole: it is oversize
+        if prompt_entry_id:
+            self.prompts.ack_rejected(pipe, prompt_entry_id)
+        pipe.execute()
+
+    def _put_waiting(self, group: Group, prompt_entry_id: str | None, payload: Parts) -> str:
+        """The put script retried with backoff until there is room (backpressure)."""
+        args = self._put_args(group, payload, prompt_entry_id)
         start = last_touch = time.monotonic()
         delay = 0.005
         while True:
-            status, entry_id = self.scripts.put_group(keys=keys, args=args)   # atomic: room, ACK, XADD
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+            status, entry_id = self.scripts.put_group(keys=self._put_keys, args=args)   # atomic: room, ACK, XADD
             if status == 1:
                 return entry_id.decode()
             if status == 2:
@@ -91,8 +142,6 @@ class GroupChannel:
                 # waiting is not dying: keep the prompt from being reclaimed by another actor
                 self.prompts.touch(group.actor_id, [prompt_entry_id])
                 last_touch = now
-            time.sleep(delay)
-            delay = min(delay * 2, 0.1)
 
     # ---- learner side
     def take(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, Group]]:

@@ -89,6 +89,11 @@ class RunBuffer:
         """
         return self._groups.put(group, prompt_entry_id)
 
+    def put_groups(self, items: list[tuple[Group, str | None]]) -> list[str]:
+        """:meth:`put_group` for several (group, prompt entry id) pairs in one round trip, each group
+        still stored and its prompt ACKed atomically; one entry id (or '') per pair, in order."""
+        return self._groups.put_many(items)
+
     def take_groups(self, consumer: str, count: int, block_ms: int = 1000) -> list[tuple[str, Group]]:
         return self._groups.take(consumer, count, block_ms)
 

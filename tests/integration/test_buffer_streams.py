@@ -270,6 +270,47 @@ def test_oversize_group_at_put_is_dead_lettered_and_its_prompt_answered(make_buf
     assert (c["prompts_pending"], c["prompts_deadlettered"], c["groups_written"]) == (0, 1, 0)
 
 
+def test_put_groups_has_every_outcome_of_put_group_in_order(make_buf):
+    """One round trip for several groups: stored, a late duplicate answer dropped, an oversize one
+    dead-lettered with its prompt answered, a group with no prompt; the books as after single puts."""
+    limit = 2 * len(encode_group(make_group("p0")))
+    buf = make_buf(max_message_bytes=limit, deadletter_raw_bytes=100)
+    entries = buf.put_prompts([make_prompt(f"p{i}", seed=i) for i in range(4)])
+    buf.take_prompts("actor-0", 4, block_ms=0)
+    first = buf.put_group(make_group("p1"), entries[1])
+    items = [(make_group("p0"), entries[0]), (make_group("p1", actor_id="actor-late"), entries[1]),
+             (make_group("p2", n=8, tokens=1000), entries[2]), (make_group("p3", seed=3), entries[3]),
+             (make_group("free", seed=4), None)]
+    ids = buf.put_groups(items)
+    assert ids[1] == ids[2] == "" and all(ids[i] for i in (0, 3, 4)), ids
+    assert _ids(buf, buf.keys.groups) == [first, ids[0], ids[3], ids[4]]
+    [letter] = buf.dead_letters()
+    assert (letter["source"], letter["reason"]) == ("put_group", "oversize")
+    c = buf.counts()
+    assert (c["prompts_pending"], c["prompts_deadlettered"], c["groups_written"], c["groups_duplicate_dropped"]) \
+        == (0, 1, 4, 1)
+    taken = buf.take_groups("learner", 8, block_ms=0)
+    assert [e for e, _ in taken] == [first, ids[0], ids[3], ids[4]]
+    for (_, back), sent in zip(taken[1:], (items[0][0], items[3][0], items[4][0])):
+        assert encode_group(back) == encode_group(sent)                 # stored as is
+
+
+def test_put_groups_waits_for_room_where_none_is_left_and_reloads_flushed_scripts(make_buf):
+    buf = make_buf(max_unconsumed_groups=2, backpressure_timeout_s=10)
+    buf.client.script_flush()                     # as after a server restart: every EVALSHA fails once
+    result = {}
+    groups = [make_group(f"g{i}", seed=i) for i in range(3)]
+    producer = threading.Thread(target=lambda: result.setdefault("ids", buf.put_groups([(g, None) for g in groups])))
+    producer.start()
+    time.sleep(0.3)
+    assert producer.is_alive() and buf.counts()["groups_len"] == 2       # two stored, the third waits
+    learner = make_buf()
+    _ack(learner, learner.take_groups("learner", 1, block_ms=0))
+    producer.join(5)
+    assert not producer.is_alive() and len(set(result["ids"])) == 3 and all(result["ids"])
+    assert buf.counts()["groups_written"] == 3
+
+
 def test_operator_dead_letter_and_reasons_are_kept(make_buf):
     buf = make_buf()
     buf.dead_letter("feeder", "prompt_too_long", detail="p7: 900 + 200 > 1024")
