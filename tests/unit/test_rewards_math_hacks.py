@@ -193,23 +193,28 @@ def test_known_limitation_lenient_comparisons(verifier):
     assert not score_math(r"\boxed{0.333}", r"\frac{1}{3}", CFG, verifier).correct  # 3 decimals: too coarse
 
 
-def test_slow_answers_do_not_cost_the_group_its_verdicts():
-    """Several different expensive answers in one group: each becomes a verdict within its own budget, and
-    the ordinary answers around them keep theirs (with one verifier, as a RewardWorker has)."""
-    v = MathVerifier(TIGHT.math_timeout_s, TIGHT.math_kill_grace_s)
+def _score_slow_group(texts: list[str], cfg: RewardConfig) -> tuple[list, float]:
+    """(results, seconds) of one group on a fresh verifier with cfg's budgets, its lazy imports paid first
+    under a roomy budget (with one verifier, as a RewardWorker has)."""
+    v = MathVerifier(cfg.math_timeout_s, cfg.math_kill_grace_s, group_timeout_s=cfg.math_group_timeout_s)
     v.start()
     v.timeout_s = 10.0
-    v.verify_many("19", ["19"])  # math-verify's lazy imports under a roomy budget
-    v.timeout_s = TIGHT.math_timeout_s
-    slow = [r"\boxed{9^{9^{9^9}}}", r"\boxed{10^{10^{10}}!}", r"\boxed{(x+1)^{100000}}",
-            "\\boxed{" + "\\frac{1}{" * 300 + "2" + "}" * 300 + "}"]
-    texts = [r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"]
+    v.verify_many("19", ["19"])
+    v.timeout_s = cfg.math_timeout_s
     try:
         start = time.monotonic()
-        results = score_math_group(texts, "19", TIGHT, v)
-        elapsed = time.monotonic() - start
+        results = score_math_group(texts, "19", cfg, v)
+        return results, time.monotonic() - start
     finally:
         v.close()
+
+
+def test_slow_answers_do_not_cost_the_group_its_verdicts():
+    """Several different expensive answers in one group: each becomes a verdict within its own budget, and
+    the ordinary answers around them keep theirs."""
+    slow = [r"\boxed{9^{9^{9^9}}}", r"\boxed{10^{10^{10}}!}", r"\boxed{(x+1)^{100000}}",
+            "\\boxed{" + "\\frac{1}{" * 300 + "2" + "}" * 300 + "}"]
+    results, elapsed = _score_slow_group([r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"], TIGHT)
     assert [r.reason for r in results[:1] + results[-2:]] == ["correct", "wrong", "correct"], results
     for r in results[1:-2]:
         assert r.reward == 0.0 and r.reason in ("timeout", "parse_error"), r
@@ -221,19 +226,8 @@ def test_a_group_of_many_slow_answers_costs_its_budget_not_each_answers_timeout(
     """16 different slow answers used to cost 16 x math_timeout_s (80 s at the defaults): once the group's
     budget is spent each answer left gets a short timer, and the ordinary answers after them still verify."""
     cfg = TIGHT.model_copy(update={"math_group_timeout_s": 2.0})
-    v = MathVerifier(cfg.math_timeout_s, cfg.math_kill_grace_s, group_timeout_s=cfg.math_group_timeout_s)
-    v.start()
-    v.timeout_s = 10.0
-    v.verify_many("19", ["19"])  # math-verify's lazy imports under a roomy budget
-    v.timeout_s = cfg.math_timeout_s
     slow = [f"\\boxed{{(x+{c})^{{3000}}}}" for c in range(1, 17)]    # 16 distinct, each > 1 s of sympy in Python
-    texts = [r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"]
-    try:
-        start = time.monotonic()
-        results = score_math_group(texts, "19", cfg, v)
-        elapsed = time.monotonic() - start
-    finally:
-        v.close()
+    results, elapsed = _score_slow_group([r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"], cfg)
     assert [r.reason for r in results[:1] + results[-2:]] == ["correct", "wrong", "correct"], results
     assert all(r.reward == 0.0 and r.reason in ("timeout", "parse_error") for r in results[1:-2]), results
     assert any("budget was spent" in r.detail for r in results[1:-2]), results
