@@ -14,9 +14,9 @@ forever; no thread can be interrupted out of C code, but a process can be killed
   * the parent waits timeout + grace per answer; past that it kills the child's process group,
     records `timeout` for that answer and resends the rest to a fresh child;
   * a group's distinct answers share a budget too (group_timeout_s): once it is spent, each answer
-    left gets a short timer (LATE_TIMEOUT_S, ~100x what an ordinary answer takes; the parent's
-    kill follows it too), so a policy that writes 16 different slow answers costs its group ~group_timeout_s plus
-    a fraction of a second per answer, not 16 x timeout_s (80 s at the defaults).
+    left gets a short timer (LATE_TIMEOUT_S, ~100x what an ordinary answer takes; the parent's kill
+    follows it too), so a policy that writes 16 different slow answers costs its group about
+    group_timeout_s plus a fraction of a second per answer, not 16 x timeout_s (80 s at the defaults).
 
 Cost: ~0.1 ms of JSON + pipe round trip per group (negligible next to the 1-5 ms math-verify needs
 per answer; see bench/reward_throughput.py), one extra Python process (~60-100 MB RSS with sympy)
@@ -163,7 +163,7 @@ class MathVerifier:
         budget = self.timeout_s + self.kill_grace_s
         verdicts: list[tuple[str, str]] = []
         with self._lock:
-            group_deadline = time.monotonic() + self.group_timeout_s     # a resend after a kill keeps it
+            group_deadline = None       # from the first answer on: a resend after a kill keeps it
             first, send_failures = True, 0
             while first or len(verdicts) < len(preds):
                 rest = preds[len(verdicts):]
@@ -171,6 +171,8 @@ class MathVerifier:
                     self._ensure_started()
                 except VerifierUnavailable as e:
                     return True, "", verdicts + [("timeout", str(e))] * len(rest)
+                if group_deadline is None:          # a fresh verifier's start-up is not the group's time
+                    group_deadline = time.monotonic() + self.group_timeout_s
                 if not self._send(gold, rest, group_deadline):  # the child died between requests: one fresh try
                     self._restart()
                     send_failures += 1
