@@ -50,6 +50,8 @@ class GroupChannel:
             client, keys.group_stream, keys, cfg, scripts, deadletters,
             decode=lambda raw: decode_group(raw, cfg.max_message_bytes),
             gauge="groups_unconsumed", rejected_counter="groups_deadlettered")
+        self._put_keys = [keys.groups, keys.counters, keys.prompts, keys.prompt_stream.acked, keys.consumed,
+                          keys.fresh]             # the put script's KEYS (buffer/scripts.py)
         self._in_flight: dict[str, str] = {}   # group_id -> entry id handed out here, not yet ACKed
         self._lock = threading.Lock()
 
@@ -60,9 +62,8 @@ class GroupChannel:
         Not stored: the prompt was already answered (duplicate, dropped) or the payload exceeds
         ``max_message_bytes`` (dead-lettered, and the prompt ACKed so it is not generated again).
         """
-        payload = Parts(group_frame_parts(group))    # the arrays go to the socket uncopied
-        if len(payload) > self.cfg.max_message_bytes:
-            self._reject_oversize(group, payload, prompt_entry_id)
+        payload = self._framed(group, prompt_entry_id)
+        if payload is None:
             return ""
         return self._stored(self.scripts.put_group(keys=self._put_keys, args=self._put_args(
             group, payload, prompt_entry_id)), group, prompt_entry_id, payload)
@@ -79,9 +80,8 @@ class GroupChannel:
         pipe = self.client.pipeline(transaction=False)
         keys, sent = self._put_keys, []     # sent: (index, payload) of each script in the pipeline
         for i, (group, entry_id) in enumerate(items):
-            payload = Parts(group_frame_parts(group))    # the arrays go to the socket uncopied
-            if len(payload) > self.cfg.max_message_bytes:
-                self._reject_oversize(group, payload, entry_id)
+            payload = self._framed(group, entry_id)
+            if payload is None:
                 continue
             pipe.evalsha(self.scripts.put_group.sha, len(keys), *keys, *self._put_args(group, payload, entry_id))
             sent.append((i, payload))
@@ -102,15 +102,15 @@ class GroupChannel:
             return self._put_waiting(group, prompt_entry_id, payload)
         return entry_id.decode() if status == 1 else ""
 
-    @property
-    def _put_keys(self) -> list[str]:
-        return [self.keys.groups, self.keys.counters, self.keys.prompts, self.keys.prompt_stream.acked,
-                self.keys.consumed, self.keys.fresh]
-
     def _put_args(self, group: Group, payload: Parts, prompt_entry_id: str | None) -> list:
         return [payload, self.cfg.max_unconsumed_groups, prompt_entry_id or "", PROMPT_READERS, group.group_id]
 
-    def _reject_oversize(self, group: Group, payload: Parts, prompt_entry_id: str | None) -> None:
+    def _framed(self, group: Group, prompt_entry_id: str | None) -> Parts | None:
+        """The group's frame (its arrays go to the socket uncopied), or None when it is oversize: then
+        it is dead-lettered and its prompt ACKed, so it is not generated again."""
+        payload = Parts(group_frame_parts(group))
+        if len(payload) <= self.cfg.max_message_bytes:
+            return payload
         pipe = self.client.pipeline(transaction=True)
         self.deadletters.add(pipe, "put_group", "oversize", payload.prefix(self.cfg.deadletter_raw_bytes),
                              f"group {group.group_id}: {len(payload)} bytes > {self.cfg.max_message_bytes}",
@@ -118,6 +118,7 @@ class GroupChannel:
         if prompt_entry_id:
             self.prompts.ack_rejected(pipe, prompt_entry_id)
         pipe.execute()
+        return None
 
     def _put_waiting(self, group: Group, prompt_entry_id: str | None, payload: Parts) -> str:
         """The put script retried with backoff until there is room (backpressure)."""
