@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                     "it needs more (entropy_control_reuse: 40) (20: the reuse finding alone, "
                     "10 seeds, took 48 min on 2 cores; every finding with 3 seeds is estimated at 2.5-3 h, of which "
                     "entropy_control_reuse's 12 tiny runs of 40 steps take ~20 min)")
-    ap.add_argument("--world", choices=("tiny", "reasoning", "routes"), default=None,
+    ap.add_argument("--world", choices=("tiny", "reasoning", "routes", "slips"), default=None,
                     help="run every finding in this world (default: each finding's own)")
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
     ap.add_argument("--out", type=Path, default=Path("runs/science"))

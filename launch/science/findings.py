@@ -55,7 +55,7 @@ class Finding:
     key: str
     title: str
     source: str
-    world: Literal["tiny", "reasoning", "routes"]
+    world: Literal["tiny", "reasoning", "routes", "slips"]
     arms: tuple[Arm, ...]
     checks: tuple[Check | SlopeCheck, ...]
     overrides: tuple[str, ...] = ()          # for every arm: lr, steps budget, eval

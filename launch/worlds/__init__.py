@@ -8,7 +8,8 @@
     tiny/          arithmetic with 7-token answers: the demo and most tests (``--tiny``)
     reasoning/     written-out running sums, 13-159 tokens: budgets, truncation and shaping bite (``--reasoning``)
     code/          a+b and one-line Python programs in the verl layout: code in the loop (``--code``)
-    routes/        sums solved along many equivalent routes: a policy with entropy to lose (``--routes``)
+    routes/        sums solved along many equivalent routes: a policy with entropy to lose (``--routes``), and
+                   the same grammar by a slipping teacher: entropy RL takes away (``--slips``)
     shapes/        Qwen2.5-0.5B's shapes with random weights: memory and time at real size (``--shapes``)
 
     python -m launch.worlds tiny            # build (or find) a world and print its manifest
@@ -65,6 +66,11 @@ WORLDS: dict[str, WorldEntry] = {
         template="launch.worlds.routes.task:PROMPT_TEMPLATE",
         help="the routes CPU world: sums solved along many equivalent routes, a warmed-up policy with entropy to "
              "lose (>= 0.4 nats/token), 48 -> 96 -> 192-token budgets (launch/worlds/routes)"),
+    "slips": WorldEntry(
+        scale="launch.worlds.routes.scale:scale_to_slips", build="launch.worlds.routes.build:ensure_slips_world",
+        template="launch.worlds.routes.task:PROMPT_TEMPLATE",
+        help="the slips CPU world: the routes grammar, where the rarer separators and check words make the next "
+             "addition slip, so the choices RL sharpens hold most of the entropy (launch/worlds/routes)"),
     "shapes": WorldEntry(
         scale="launch.worlds.shapes.scale:scale_to_shapes", build="launch.worlds.shapes.build:ensure_shapes_world",
         template="launch.worlds.tiny.task:PROMPT_TEMPLATE", evaluates=False,

@@ -79,3 +79,22 @@ def test_driver_runs_two_steps_across_a_stage_boundary(ray_local, tmp_path, rout
     assert all(r["entropy/mean"] > 0.3 for r in rows)                           # the spread-out policy
     assert all(0.0 <= r["reward/accuracy"] <= 1.0 for r in rows)
     assert len(result.evals) == 2 and all(e["eval/problems"] == 8 for e in result.evals)
+
+
+@pytest.mark.slow
+def test_slips_world_has_entropy_that_the_reward_depends_on(tmp_path):
+    """The slips world (~3 min to build on 2 cores) meets item 1's figures, and its policy learned the
+    teacher's slips: a line after `,` comes out right far more often than after any rarer separator,
+    and after no check word more often than after one, so the choices holding the entropy change the reward."""
+    from launch.worlds.routes.build import ensure_slips_world
+
+    fresh = ensure_slips_world(cache_dir=tmp_path)
+    assert ensure_slips_world(log=lambda *_: None).manifest["sha256"] == fresh.manifest["sha256"]     # the cached one
+    at_1, at_06 = fresh.manifest["sampled"]["tau_1.0"], fresh.manifest["sampled"]["tau_0.6"]
+    assert at_1["mean_entropy"] >= 0.4 > at_06["mean_entropy"], at_1["mean_entropy"]
+    assert 0.20 <= at_1["accuracy"] <= 0.50 < at_06["accuracy"], (at_1["accuracy"], at_06["accuracy"])
+    p50 = [q["p50"] for _, q in sorted(at_1["length_by_k"].items(), key=lambda kv: int(kv[0]))]
+    assert p50 == sorted(p50) and p50[-1] >= 2 * p50[0] and at_1["length_quantiles"]["p10"] >= 20, p50
+    seps, checks = at_1["separators"], at_1["after_check"]
+    assert all(seps[","]["accuracy"] >= r["accuracy"] + 0.15 for s, r in seps.items() if s != ","), seps
+    assert all(checks[""]["accuracy"] >= r["accuracy"] + 0.1 for c, r in checks.items() if c), checks

@@ -21,7 +21,7 @@ def test_every_entry_resolves_to_its_three_parts():
         assert cfg.world == name and cfg.actors.num_gpus == 0 and cfg.learner.num_ranks == 1
         # the worlds' tokenizers have no chat template, but the code world's (its rows are chat messages)
         assert cfg.data.chat_template is (name == "code")
-    with pytest.raises(KeyError, match="unknown world 'nope'; choose from: tiny, reasoning, code, routes, shapes"):
+    with pytest.raises(KeyError, match="unknown world 'nope'; choose from: tiny, reasoning, code, routes, slips, shapes"):
         entry("nope")
 
 

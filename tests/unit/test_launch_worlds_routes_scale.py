@@ -69,3 +69,13 @@ def test_science_runs_ask_for_the_world_by_its_flag(tmp_path):
     argv = RunSpec("fixedlag_2", (), "routes", 0, 3).argv(tmp_path)
     cfg, _ = build_config(argv, default_preset="onpolicy")
     assert cfg.world == "routes" and cfg.steps == 3 and cfg.learner.fixed_lag == 2
+
+
+@pytest.mark.parametrize("name", ["onpolicy", "offpolicy_reuse4"])
+def test_slips_is_the_routes_scaling_in_the_slips_world(name):
+    from launch.worlds.routes.scale import scale_to_slips
+
+    cfg, _ = build_config(["--preset", name, "--slips"], default_preset=name)
+    assert cfg.world == "slips"
+    assert cfg.model_dump(exclude={"world"}) == scale_to_routes(get_preset(name)).model_dump(exclude={"world"})
+    assert scale_to_slips(get_preset(name)) == cfg

@@ -1,11 +1,14 @@
 """The routes world's task generator and parser: the trace grammar (hand-written examples), every
 sampled route parses back to correct arithmetic, the route entropy against a brute-force
 enumeration, determinism and disjointness of the splits, response length growing with k, and that
-math-verify (the RL reward) credits sampled routes and rejects corrupted ones."""
+math-verify (the RL reward) credits sampled routes and rejects corrupted ones; the slips world's
+teacher (its slip rates, its slipped lines parsed as wrong, its choice entropy) and that the routes
+teacher still writes the data it wrote before the teachers existed."""
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import math
 import random
@@ -20,6 +23,7 @@ from launch.worlds.routes.task import (
     K_MAX,
     K_MIN,
     SEPARATORS,
+    SLIPS_TEACHER,
     Route,
     SumProblem,
     make_problem,
@@ -154,3 +158,49 @@ def test_math_verify_credits_sampled_routes_and_rejects_corrupted_ones(splits):
         good, bad, cut = score_math_group([trace, off_by_one, head], p.answer, CFG)
         assert (good.reward, good.reason) == (1.0, "correct"), (trace, good)
         assert (bad.reward, bad.reason) == (0.0, "wrong") and (cut.reward, cut.reason) == (0.0, "no_box")
+
+
+def test_the_routes_teacher_writes_the_data_it_wrote_before_teachers_existed():
+    """The routes world's cached files stay valid: the same problems and traces, draw for draw (the
+    digest was taken from the task module before `Teacher` was added)."""
+    train, _ = make_splits(0, n_train=300, n_val=16)
+    rng = random.Random(5)
+    text = "\n\n".join(p.prompt + sample_trace(p, rng) for p in train)
+    assert hashlib.sha256(text.encode()).hexdigest() == "b2cfbd5a8c74ae6bf302a1012f56ef855308e6003d03f390d7dc1a8d9b726a17"
+
+
+def test_a_slipped_line_is_wrong_and_carried_on_to_the_box():
+    slipped = Route("forward", (",", ";", ":"), ("t+x", "short", "x+t"), ("", "", " ok", ""), (0, 1, 0))
+    text = render(ABCD.operands, slipped)
+    assert text == "a7\nb5,7+5=12\nc3;=16 ok\nd8:8+16=24\n\\boxed{24}"
+    parsed = parse_response(text, ABCD)
+    assert parsed.line_ok == (True, False, True) and parsed.route == "forward" and parsed.boxed == 24
+    assert parsed.separators == (",", ";", ":") and parsed.checks == ("", "", " ok", "")
+    assert score_math_group([text], ABCD.answer, CFG)[0].reward == 0.0
+
+
+def test_the_slipping_teacher_slips_at_its_rates():
+    """`,` after an unchecked line never slips; another separator 40% of the time, a check word on the
+    line before adds 25% (binomial standard error <= 0.012 at these counts)."""
+    from launch.worlds.routes.task import sample_route
+
+    rng, lines = random.Random(0), collections.defaultdict(list)
+    for _ in range(6000):
+        route = sample_route(rng, 7, SLIPS_TEACHER)
+        assert len(route.slips) == 6 and set(route.slips) <= {0, -2, -1, 1, 2}
+        for sep, check, slip in zip(route.separators, route.checks, route.slips):
+            lines[(sep == ",", check == "")].append(slip != 0)
+    rate = {key: sum(v) / len(v) for key, v in lines.items()}
+    assert rate[(True, True)] == 0.0
+    assert rate[(True, False)] == pytest.approx(0.25, abs=0.04)
+    assert rate[(False, True)] == pytest.approx(0.40, abs=0.04)
+    assert rate[(False, False)] == pytest.approx(0.65, abs=0.05)
+    share = len(lines[(True, True)]) + len(lines[(True, False)])
+    assert share / sum(map(len, lines.values())) == pytest.approx(0.6, abs=0.02)       # `,` the likeliest
+
+
+def test_the_slipping_teachers_choice_entropy_and_splits():
+    # 0.6730 (direction) + 3 * 0.9404 (checks 0.7 / 0.1 x 3) + 2 * (1.3168 (`,` 0.6, five at 0.08) + 1.0889 (form))
+    assert route_entropy_nats(3, SLIPS_TEACHER) == pytest.approx(8.3057, abs=1e-3)
+    train, val = make_splits(0, n_train=500, n_val=20, teacher=SLIPS_TEACHER)
+    assert {p.k for p in val} == {p.k for p in train} == set(range(3, 8))

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m launch.worlds.routes.entropy_sources                       # the warmed-up policy
     .venv/bin/python -m launch.worlds.routes.entropy_sources --model RUN/checkpoints/step_50/hf
+    .venv/bin/python -m launch.worlds.routes.entropy_sources --world slips
 
 Samples the validation problems once at τ (the actors' sampling) and splits the per-token entropy
 (what the adaptive control steers) by the part of the grammar (``task.render``) each token starts in:
@@ -14,7 +15,8 @@ Samples the validation problems once at τ (the actors' sampling) and splits the
   structure   newlines after check words, the box's text, EOS
 
 The choices are not equally relevant to the reward: a form changes how often a line comes out right
-(the world's manifest), a separator or check word does not change what the box holds. RL lowers
+(the world's manifest), a separator or check word does not change what the box holds (in the routes
+world; in the slips world the teacher slips after the rarer ones, so they do). RL lowers
 entropy only where the choice is correlated with the reward, so the split says how much of the
 starting entropy a run can be expected to lose. A response outside the grammar counts as "unparsed".
 """
@@ -34,6 +36,8 @@ CLASSES = ("direction", "form", "check", "separator", "arithmetic", "structure",
 # the parts whose choice changes how often a response ends right (the world's manifest: routes and
 # forms differ in accuracy); checks and separators never change what the box holds
 DECISIONS = ("direction", "form")
+# in the slips world separators and check words change the reward too (the teacher slips after them)
+DECISIONS_BY_WORLD = {"routes": DECISIONS, "slips": (*DECISIONS, "separator", "check")}
 _SEP = "|".join(re.escape(s) for s in sorted(SEPARATORS, key=len, reverse=True))
 _CHECK = "|".join(re.escape(c) for c in CHECKS if c)
 _LINE = re.compile(rf"(?P<letter>[a-p])(?P<digit>\d)(?:(?P<sep>{_SEP})(?P<body>\d+\+\d+=\d+|=\d+))?(?P<check>{_CHECK})?")
@@ -92,10 +96,11 @@ def entropy_by_class(token_ids: list[list[int]], entropies: list[list[float]], d
     return out
 
 
-def decision_entropy(split: dict) -> float:
-    """Mean entropy (nats/token) over the tokens of the DECISIONS parts of an :func:`entropy_by_class` split."""
-    tokens = sum(split[c]["tokens"] for c in DECISIONS)
-    return sum(split[c]["tokens"] * split[c]["mean"] for c in DECISIONS) / tokens if tokens else float("nan")
+def decision_entropy(split: dict, parts: tuple[str, ...] = DECISIONS) -> float:
+    """Mean entropy (nats/token) over the tokens of the ``parts`` (the routes world's DECISIONS) of an
+    :func:`entropy_by_class` split."""
+    tokens = sum(split[c]["tokens"] for c in parts)
+    return sum(split[c]["tokens"] * split[c]["mean"] for c in parts) / tokens if tokens else float("nan")
 
 
 def measure(model_dir: Path, problems: list[SumProblem], *, seed: int, temperature: float,
@@ -126,23 +131,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, action="append", default=[],
                     help="an HF model directory (a checkpoint's hf/); repeatable; default: the world's warmed-up model")
+    ap.add_argument("--world", choices=("routes", "slips"), default="routes",
+                    help="whose warmed-up model and validation problems (slips: the same grammar, where separators "
+                         "and check words change the reward too)")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0, help="sampling seed")
     ap.add_argument("--json", type=Path, default=None,
                     help="also write {'seed', 'temperature', 'models': [...], 'splits': [...]} here")
     args = ap.parse_args(argv)
     from launch.worlds.routes import STAGE_BUDGETS
-    from launch.worlds.routes.build import ensure_routes_world
+    from launch.worlds import entry, load
     from launch.worlds.routes.task import read_jsonl
 
-    world = ensure_routes_world()
+    world = load(entry(args.world).build)()
     problems = read_jsonl(world.val_path)
     models, splits = args.model or [world.model_dir], []
     for model_dir in models:
         splits.append(measure(model_dir, problems, seed=args.seed, temperature=args.temperature,
                               max_new_tokens=max(STAGE_BUDGETS)))
         print("\n".join(format_table(f"{model_dir} at τ={args.temperature:g}", splits[-1])), flush=True)
-        print(f"  decisions ({', '.join(DECISIONS)}): {decision_entropy(splits[-1]):.3f} nats/token", flush=True)
+        parts = DECISIONS_BY_WORLD[args.world]
+        print(f"  decisions ({', '.join(parts)}): {decision_entropy(splits[-1], parts):.3f} nats/token", flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps({"seed": args.seed, "temperature": args.temperature,
                                          "models": [str(m) for m in models], "splits": splits}, indent=1))

@@ -7,7 +7,8 @@ within B (a stage with budget B would have truncated the rest before the box). E
 over response tokens (EOS included) of the entropy of softmax(logits / τ): the quantity the
 adaptive entropy control steers towards its target (0.2 nats in Skywork-OR1). Correctness is
 math-verify's (rewards.math), as in a run; the route a response took is read by
-`task.parse_response`, to show which routes finish correctly.
+`task.parse_response`, to show which routes finish correctly, and how often a line comes out right
+after each form, separator and check word (in the slips world the teacher's slips make these differ).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class SampleStats(reasoning_sampling.SampleStats):
     accuracy_by_k: dict[int, float]
     routes: dict[str, dict[str, float]]      # route taken -> share of responses, accuracy on it
     forms: dict[str, dict[str, float]]       # how an addition was written -> share of lines, lines right
+    separators: dict[str, dict[str, float]]  # the separator before an addition -> share of lines, lines right
+    after_check: dict[str, dict[str, float]]  # the previous line's check word ("" none) -> share, lines right
 
 
 def _quantiles(values: list[int]) -> dict[str, int]:
@@ -64,13 +67,21 @@ def sample_stats(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, problems
     for p, i in zip(problems, range(n)):
         by_k[p.k].append(i)
     routes: dict[str, list[bool]] = collections.defaultdict(list)
-    lines: dict[str, list[bool]] = collections.defaultdict(list)
+    lines, by_separator, by_check = (collections.defaultdict(list) for _ in range(3))
     for text, p, c in zip(texts, problems, correct):
         parsed = parse_response(text, p)
         routes[parsed.route if parsed else "unparsed"].append(c)
-        for form, ok in zip(parsed.forms if parsed else (), parsed.line_ok if parsed else ()):
-            lines[form].append(ok)
+        if parsed:
+            for form, sep, check, ok in zip(parsed.forms, parsed.separators, parsed.checks, parsed.line_ok):
+                lines[form].append(ok)
+                by_separator[sep].append(ok)
+                by_check[check].append(ok)
     n_lines = max(sum(map(len, lines.values())), 1)
+
+    def line_figures(groups: dict[str, list[bool]]) -> dict[str, dict[str, float]]:
+        return {name: {"share": round(len(v) / n_lines, 3), "accuracy": round(sum(v) / len(v), 3)}
+                for name, v in sorted(groups.items())}
+
     flat = [e for row in ents for e in row]
     return SampleStats(
         temperature=temperature, n=n, accuracy=sum(correct) / n,
@@ -83,6 +94,5 @@ def sample_stats(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, problems
         mean_entropy=sum(flat) / max(len(flat), 1),
         routes={name: {"share": round(len(v) / n, 3), "accuracy": round(sum(v) / len(v), 3)}
                 for name, v in sorted(routes.items())},
-        forms={form: {"share": round(len(v) / n_lines, 3), "accuracy": round(sum(v) / len(v), 3)}
-               for form, v in sorted(lines.items())},
+        forms=line_figures(lines), separators=line_figures(by_separator), after_check=line_figures(by_check),
     )

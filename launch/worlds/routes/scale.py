@@ -38,12 +38,18 @@ def scaled_tokens(tokens: int) -> int:
     return tokens * BUDGET_SCALE[0] // BUDGET_SCALE[1]
 
 
-def scale_to_routes(cfg: RunConfig) -> RunConfig:
+def scale_to_routes(cfg: RunConfig, world: str = "routes") -> RunConfig:
     batch = scale_batch(cfg.learner.batch, ROUTES_ROLLOUT_UNIT)
     learner = small_model_learner(cfg, ROUTES_LR, scaled_tokens)
     stages = [StageConfig(max_tokens=max(MIN_BUDGET, scaled_tokens(s.max_tokens)),
                           steps=s.steps and max(s.steps // STAGE_STEP_DIVISOR, 1)) for s in cfg.data.stages]
-    return rescale(cfg, "routes", batch, stages=stages, max_steps=ROUTES_MAX_STEPS, learner=learner,
+    return rescale(cfg, world, batch, stages=stages, max_steps=ROUTES_MAX_STEPS, learner=learner,
                    actors=dict(max_model_len=MAX_MODEL_LEN, dtype="float32"),
                    data=dict(eval_n=2, eval_every=0, eval_max_problems=64),
                    group_size=min(cfg.group_size, ROUTES_GROUP_SIZE))
+
+
+def scale_to_slips(cfg: RunConfig) -> RunConfig:
+    """`--slips`: the routes scaling, in the slips world (the same grammar and budgets; its responses,
+    k <= 7, are at most ~80 tokens, so the 48-token stage cuts about half of them and 96 none)."""
+    return scale_to_routes(cfg, "slips")

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launch.worlds.reasoning import task as reasoning_task
@@ -51,6 +51,38 @@ DIRECTIONS = {"forward": 0.6, "backward": 0.4}      # a, b, c, ... or from the l
 SEPARATORS = (",", ";", ":", "|", "->", " so")      # equivalent, chosen uniformly per addition
 FORMS = {"t+x": 0.4, "x+t": 0.3, "short": 0.3}       # how an addition is written
 CHECKS = {"": 0.5, " ok": 0.5 / 3, " good": 0.5 / 3, " yes": 0.5 / 3}    # a check word after a line, or none
+SLIPS = (-2, -1, 1, 2)                               # how far a slipped sum is off
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """Who writes the SFT traces: the operand counts, how often each separator and check word is chosen,
+    and how often the addition after each one slips (its sum off by one of SLIPS, carried on to the box)."""
+
+    name: str
+    k_min: int = K_MIN
+    k_max: int = K_MAX
+    separators: dict[str, float] | None = None          # None: uniform over SEPARATORS
+    checks: dict[str, float] = field(default_factory=lambda: dict(CHECKS))
+    slip_after_separator: dict[str, float] = field(default_factory=dict)    # separator -> P(slip)
+    slip_after_check: dict[str, float] = field(default_factory=dict)        # previous line's check -> P(slip), added
+
+    @property
+    def slips(self) -> bool:
+        return bool(self.slip_after_separator or self.slip_after_check)
+
+
+# The routes world's teacher never slips: separators and check words are free and reward-idle.
+ROUTES_TEACHER = Teacher("routes")
+# The slips world's: `,` and no check word are the likeliest choices and never slip; a line written
+# with another separator slips 40% of the time, and one after a check word 25% more. k <= 7 keeps
+# accuracy at 20-50% with that many slips.
+SLIPS_TEACHER = Teacher(
+    "slips", k_max=7,
+    separators={",": 0.6, **{s: 0.08 for s in SEPARATORS if s != ","}},
+    checks={"": 0.7, " ok": 0.1, " good": 0.1, " yes": 0.1},
+    slip_after_separator={s: 0.0 if s == "," else 0.4 for s in SEPARATORS},
+    slip_after_check={"": 0.0, " ok": 0.25, " good": 0.25, " yes": 0.25})
 
 
 @dataclass(frozen=True)
@@ -71,6 +103,7 @@ class Route:
     separators: tuple[str, ...]     # one per line after the first (the first line only names its operand)
     forms: tuple[str, ...]          # one per line after the first
     checks: tuple[str, ...]         # one per line ("" = none)
+    slips: tuple[int, ...] = ()     # per line after the first: 0, or how far the teacher's sum is off
 
 
 def problem_text(operands: list[int]) -> str:
@@ -83,12 +116,20 @@ def _pick(rng: random.Random, weights: dict[str, float]) -> str:
     return rng.choices(list(weights), weights=list(weights.values()))[0]
 
 
-def sample_route(rng: random.Random, k: int) -> Route:
-    """Draw every choice of a solution with the SFT data's frequencies."""
-    return Route(direction=_pick(rng, DIRECTIONS),
-                 separators=tuple(rng.choice(SEPARATORS) for _ in range(k - 1)),
-                 forms=tuple(_pick(rng, FORMS) for _ in range(k - 1)),
-                 checks=tuple(_pick(rng, CHECKS) for _ in range(k)))
+def sample_route(rng: random.Random, k: int, teacher: Teacher = ROUTES_TEACHER) -> Route:
+    """Draw every choice of a solution with the teacher's frequencies, then its slips (a teacher that
+    never slips draws nothing more: the routes world's data stay what they were)."""
+    direction = _pick(rng, DIRECTIONS)
+    separators = tuple(rng.choice(SEPARATORS) if teacher.separators is None else _pick(rng, teacher.separators)
+                       for _ in range(k - 1))
+    forms = tuple(_pick(rng, FORMS) for _ in range(k - 1))
+    checks = tuple(_pick(rng, teacher.checks) for _ in range(k))
+    slips = ()
+    if teacher.slips:      # line n+1's slip: its separator's rate plus the rate after line n's check word
+        slips = tuple(rng.choice(SLIPS) if rng.random() < (teacher.slip_after_separator.get(sep, 0.0)
+                                                            + teacher.slip_after_check.get(check, 0.0)) else 0
+                      for sep, check in zip(separators, checks[:-1]))
+    return Route(direction, separators, forms, checks, slips)
 
 
 def render(operands: list[int], route: Route) -> str:
@@ -98,16 +139,17 @@ def render(operands: list[int], route: Route) -> str:
         order.reverse()
     total = operands[order[0]]
     lines = [f"{LETTERS[order[0]]}{total}"]
-    for i, sep, form in zip(order[1:], route.separators, route.forms):
-        x, new = operands[i], total + operands[i]
+    slips = route.slips or (0,) * (len(operands) - 1)
+    for i, sep, form, slip in zip(order[1:], route.separators, route.forms, slips):
+        x, new = operands[i], max(total + operands[i] + slip, 0)
         body = {"t+x": f"{total}+{x}={new}", "x+t": f"{x}+{total}={new}", "short": f"={new}"}[form]
         lines.append(f"{LETTERS[i]}{x}{sep}{body}")
         total = new
     return "\n".join(line + check for line, check in zip(lines, route.checks)) + f"\n\\boxed{{{total}}}"
 
 
-def sample_trace(problem: SumProblem, rng: random.Random) -> str:
-    return render(problem.operands, sample_route(rng, problem.k))
+def sample_trace(problem: SumProblem, rng: random.Random, teacher: Teacher = ROUTES_TEACHER) -> str:
+    return render(problem.operands, sample_route(rng, problem.k, teacher))
 
 
 def plain_route(k: int) -> Route:
@@ -117,7 +159,7 @@ def plain_route(k: int) -> Route:
 
 _SEP = "|".join(re.escape(s) for s in SEPARATORS)
 _CHECK = "|".join(re.escape(c) for c in CHECKS if c)
-_LINE = re.compile(rf"([a-p])(\d)(?:(?:{_SEP})(?:(\d+)\+(\d+)=(\d+)|=(\d+)))?(?:{_CHECK})?")
+_LINE = re.compile(rf"([a-p])(\d)(?:({_SEP})(?:(\d+)\+(\d+)=(\d+)|=(\d+)))?({_CHECK})?")
 
 
 @dataclass(frozen=True)
@@ -130,6 +172,8 @@ class ParsedRoute:
     line_ok: tuple[bool, ...]       # one per line after the first
     boxed: int
     route: str                      # forward / backward / invalid (an operand skipped, repeated or unknown)
+    separators: tuple[str, ...]     # one per line after the first
+    checks: tuple[str, ...]         # one per line ("" = none)
 
     @property
     def arithmetic_ok(self) -> bool:
@@ -143,17 +187,19 @@ def parse_response(text: str, problem: SumProblem) -> ParsedRoute | None:
     if not lines or not m_box:
         return None
     values = dict(zip(LETTERS, problem.operands))
-    letters, forms, line_ok, total = [], [], [], 0
+    letters, forms, line_ok, separators, checks, total = [], [], [], [], [], 0
     for n, line in enumerate(lines):
         m = _LINE.fullmatch(line)
-        if not m or (n == 0) != (m.group(3) is None and m.group(6) is None):   # only the first line adds nothing
+        if not m or (n == 0) != (m.group(3) is None):      # only the first line adds nothing
             return None
-        letter, named, a, b, s, short = m.groups()
+        letter, named, sep, a, b, s, short, check = m.groups()
+        checks.append(check or "")
         x = int(named)
         right = values.get(letter) == x
         if n == 0:
             total = x
         else:
+            separators.append(sep)
             if short is not None:
                 forms.append("short")
                 new = int(short)
@@ -166,7 +212,8 @@ def parse_response(text: str, problem: SumProblem) -> ParsedRoute | None:
     k, boxed = problem.k, int(m_box.group(1))
     line_ok[-1:] = [bool(line_ok) and line_ok[-1] and total == boxed]       # the box copies the last total
     route = {tuple(LETTERS[:k]): "forward", tuple(LETTERS[:k][::-1]): "backward"}.get(tuple(letters), "invalid")
-    return ParsedRoute(tuple(letters), tuple(forms), tuple(line_ok), boxed, route)
+    return ParsedRoute(tuple(letters), tuple(forms), tuple(line_ok), boxed, route=route,
+                       separators=tuple(separators), checks=tuple(checks))
 
 
 def _h(weights) -> float:
@@ -174,26 +221,32 @@ def _h(weights) -> float:
     return -sum(w / total * math.log(w / total) for w in weights if w > 0)
 
 
-def route_entropy_nats(k: int) -> float:
+def route_entropy_nats(k: int, teacher: Teacher = ROUTES_TEACHER) -> float:
     """Entropy (nats) of the choices in one SFT trace with k >= 2 operands: direction, separators,
-    forms, check words. Exact, because every route gives a different text."""
-    return (_h(DIRECTIONS.values()) + k * _h(CHECKS.values())
-            + (k - 1) * (math.log(len(SEPARATORS)) + _h(FORMS.values())))
+    forms, check words (a teacher's slips are errors, not choices: not counted). Exact, because every
+    route gives a different text."""
+    separators = math.log(len(SEPARATORS)) if teacher.separators is None else _h(teacher.separators.values())
+    return (_h(DIRECTIONS.values()) + k * _h(teacher.checks.values())
+            + (k - 1) * (separators + _h(FORMS.values())))
 
 
-def make_problem(rng: random.Random, index: int, k: int | None = None) -> SumProblem:
-    """k operands drawn from rng (k itself too, uniformly, when not given)."""
-    k = k if k is not None else rng.randint(K_MIN, K_MAX)
+def make_problem(rng: random.Random, index: int, k: int | None = None, k_max: int = K_MAX) -> SumProblem:
+    """k operands drawn from rng (k itself too, uniformly in K_MIN..k_max, when not given)."""
+    k = k if k is not None else rng.randint(K_MIN, k_max)
     operands = [rng.randint(MIN_OPERAND, MAX_OPERAND) for _ in range(k)]
     return SumProblem(id=f"route-{index:06d}", data_source=DATA_SOURCE, problem=problem_text(operands),
                       answer=str(sum(operands)), k=k)
 
 
-def make_splits(seed: int, n_train: int = 20000, n_val: int = 240) -> tuple[list[SumProblem], list[SumProblem]]:
+def make_splits(seed: int, n_train: int = 20000, n_val: int = 240,
+                teacher: Teacher = ROUTES_TEACHER) -> tuple[list[SumProblem], list[SumProblem]]:
     """(train, validation), disjoint by problem text, as the reasoning world draws them
     (``reasoning.task.make_splits``): validation cycles through k (K_MIN, K_MIN+1, ...), so any prefix of
     it is balanced over k; training k is uniform, repeats allowed, validation excluded."""
-    return reasoning_task.make_splits(seed, n_train, n_val, make=make_problem, ks=range(K_MIN, K_MAX + 1))
+    def make(rng: random.Random, index: int, k: int | None = None) -> SumProblem:
+        return make_problem(rng, index, k, teacher.k_max)
+
+    return reasoning_task.make_splits(seed, n_train, n_val, make=make, ks=range(teacher.k_min, teacher.k_max + 1))
 
 
 write_jsonl = reasoning_task.write_jsonl

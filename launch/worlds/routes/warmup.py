@@ -27,7 +27,7 @@ import torch
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from launch.worlds.routes.sampling import sample_stats
-from launch.worlds.routes.task import SumProblem, sample_trace
+from launch.worlds.routes.task import ROUTES_TEACHER, SumProblem, Teacher, sample_trace
 from launch.worlds.sft import encode_sft, sft_steps
 
 
@@ -47,26 +47,28 @@ def encode_batch(tok: PreTrainedTokenizerFast, prompts: list[str], responses: li
 
 
 def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[SumProblem],
-            check_set: list[SumProblem], *, seed: int, budgets: tuple[int, ...], target_accuracy: float,
-            max_steps: int, batch_size: int = 8, lr: float = 2e-3, lr_warmup: int = 20, lr_final: float = 0.1,
-            first_check: int = 700, check_every: int = 50, log=print) -> WarmupResult:
-    """Train until sampled accuracy at τ=1 on `check_set` reaches target_accuracy (or max_steps)."""
+            check_set: list[SumProblem], *, seed: int, budgets: tuple[int, ...], target_accuracy: float | None,
+            max_steps: int, teacher: Teacher = ROUTES_TEACHER, batch_size: int = 8, lr: float = 2e-3,
+            lr_warmup: int = 20, lr_final: float = 0.1, first_check: int = 700, check_every: int = 50,
+            log=print) -> WarmupResult:
+    """Train until sampled accuracy at τ=1 on `check_set` reaches target_accuracy (or max_steps; with
+    no target, max_steps: a slipping teacher's own accuracy sets how right the policy can get)."""
     rng = random.Random(seed)
     start, checks = time.monotonic(), []
     last = {"accuracy": 0.0, "loss": float("nan")}
 
     def next_batch(_: int) -> dict[str, torch.Tensor]:
         problems = rng.sample(train, batch_size)
-        return encode_batch(tok, [p.prompt for p in problems], [sample_trace(p, rng) for p in problems])
+        return encode_batch(tok, [p.prompt for p in problems], [sample_trace(p, rng, teacher) for p in problems])
 
     def check(step: int, loss: float) -> bool:
         stats = sample_stats(model, tok, check_set, seed=seed + step, temperature=1.0, budgets=budgets)
         last.update(accuracy=stats.accuracy, loss=loss)
         checks.append({"step": step, "loss": round(loss, 4), "accuracy": round(stats.accuracy, 4),
                        "entropy": round(stats.mean_entropy, 4), "mean_length": round(stats.mean_length, 1)})
-        log(f"[routes] warm-up step {step:4d}  loss {loss:.3f}  sampled acc@τ=1 {stats.accuracy:.3f}  "
+        log(f"[{teacher.name}] warm-up step {step:4d}  loss {loss:.3f}  sampled acc@τ=1 {stats.accuracy:.3f}  "
             f"entropy {stats.mean_entropy:.3f}  mean len {stats.mean_length:.0f}  ({time.monotonic() - start:.0f}s)")
-        return stats.accuracy >= target_accuracy
+        return target_accuracy is not None and stats.accuracy >= target_accuracy
 
     step = sft_steps(model, next_batch, check, seed=seed, lr=lr, max_steps=max_steps, check_every=check_every,
                      first_check=first_check, betas=(0.9, 0.98),
