@@ -10,7 +10,8 @@ to finish correctly than others, so the SFT warm-up leaves a spread-out policy (
     sampling.py  what a policy does when sampled: accuracy, entropy, lengths per k, cuts per budget, routes
     entropy_sources.py  where that entropy sits (form, check, separator, ...): what RL can take away
     build.py     build / cache / manifest (`python -m launch.worlds routes`)
-    scale.py     `--routes`: any preset scaled to this world
+    scale.py     `--routes`: any preset scaled to this world (`--slips`: to the slips world, the same
+                 grammar by a teacher that slips after its rarer separators and check words)
 
 The policy is the reasoning world's 4-layer Qwen2 (launch.worlds.reasoning.model), its tokenizer the
 worlds' BPE (launch.worlds.tokenizer), its warm-up the worlds' SFT loop (launch.worlds.sft).

@@ -138,7 +138,7 @@ def ensure_routes_world(seed: int = 0, cache_dir: Path | None = None, *, max_war
 
 def ensure_slips_world(seed: int = 0, cache_dir: Path | None = None, *, max_warmup_steps: int = SLIPS_WARMUP_STEPS,
                        n_val: int = 240, log=print) -> World:
-    """The slips world (``launch.worlds.slips``): the routes grammar written by a teacher whose rarer
+    """The slips world (``--slips``): the routes grammar written by a teacher whose rarer
     separators and check words make the next addition slip. Its warm-up runs a fixed number of steps
     (the teacher's slips, not the warm-up, hold accuracy at 20-50%), checked at steps 1000, 1500, 2000."""
     name = f"slips-world-v{SLIPS_BUILD_VERSION}-s{seed}-w{max_warmup_steps}-v{n_val}"

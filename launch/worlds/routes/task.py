@@ -25,6 +25,11 @@ with `c=3` in the prompt (three tokens) the model had not learned the fetch afte
 that must remember which operands were used (any order, or swapping a step with the next) left
 most sampled responses repeating or skipping an operand, so the order's freedom is its direction.
 
+The slips world (``--slips``) is this grammar written by another teacher (`SLIPS_TEACHER`): `,` and
+no check word are its likeliest choices and never slip, while after a rarer separator or a check word
+it writes a wrong sum (off by 1 or 2, carried on to the box) 25-65% of the time. The warmed-up policy
+learns that, so there separators and check words change the reward too, and RL takes their entropy away.
+
 k (K_MIN..K_MAX) is drawn per problem, so responses grow with difficulty: a median of 28 sampled
 tokens for k=3 up to 96 for k=K_MAX. Splits are a deterministic function of the seed, validation
 problems never appear in training, and math-verify (rewards.math) scores the box like any run's answers.
@@ -141,7 +146,7 @@ def render(operands: list[int], route: Route) -> str:
     lines = [f"{LETTERS[order[0]]}{total}"]
     slips = route.slips or (0,) * (len(operands) - 1)
     for i, sep, form, slip in zip(order[1:], route.separators, route.forms, slips):
-        x, new = operands[i], max(total + operands[i] + slip, 0)
+        x, new = operands[i], total + operands[i] + slip
         body = {"t+x": f"{total}+{x}={new}", "x+t": f"{x}+{total}={new}", "short": f"={new}"}[form]
         lines.append(f"{LETTERS[i]}{x}{sep}{body}")
         total = new
