@@ -163,6 +163,8 @@ class Verdict:
         return n
 
     def line(self) -> str:
+        if self.n == 0:       # e.g. the decision-entropy split, which only the routes world's runs record
+            return f"{self.verdict}: not measured (no seed has this statistic for both arms)"
         text = (f"{self.verdict}: effect {self.effect:+.4f}, 95% CI ± {self.half_width:.4f} "
                 f"(sd {self.spread:.4f} over {self.n} seeds, t = {self.t:+.2f})")
         if self.half_width > POWER_HALF_WIDTH and (need := self.seeds_for()) is not None:

@@ -56,6 +56,9 @@ def test_judge_paired_by_seed():
     # one seed or NaN pairs: never a verdict
     assert judge([0.5], [0.1], "lower").verdict == "inconclusive"
     assert judge([0.5, math.nan], [0.1, 0.2], "lower").n == 1
+    # a statistic no run recorded (the decision split outside the routes world) says so, not "effect nan"
+    none = judge([math.nan] * 3, [math.nan] * 3, "lower")
+    assert none.verdict == "inconclusive" and none.line() == "inconclusive: not measured (no seed has this statistic for both arms)"
     # just inside / outside the t threshold with 2 seeds (1 dof: 12.706)
     d, sd = 1.0, math.sqrt(2) * 1.0 / 12.706 * 0.99          # t just above the threshold
     assert judge([0.0, 0.0], [d - sd / math.sqrt(2), d + sd / math.sqrt(2)], "higher").verdict == "agrees"
