@@ -43,26 +43,26 @@ def summary_lines(m: dict) -> list[str]:
     at_1, at_06 = m["sampled"]["tau_1.0"], m["sampled"]["tau_0.6"]
     cuts = " / ".join(f"{at_1['cut_at'][str(b)]:.2f}" for b in STAGE_BUDGETS)
     lines = [
-        f"[routes] sampled with {m['sampler']} on {m['n_val']} validation problems:",
-        f"[routes]   entropy (nats/token): τ=1.0 {at_1['mean_entropy']:.3f}   τ=0.6 {at_06['mean_entropy']:.3f}"
+        f" sampled with {m['sampler']} on {m['n_val']} validation problems:",
+        f"   entropy (nats/token): τ=1.0 {at_1['mean_entropy']:.3f}   τ=0.6 {at_06['mean_entropy']:.3f}"
         f"   (SFT data's route choices: {m['data']['route_entropy_per_token']:.3f})",
-        f"[routes]   accuracy: τ=1.0 {at_1['accuracy']:.3f}   τ=0.6 {at_06['accuracy']:.3f}",
-        f"[routes]   cut at {' / '.join(map(str, STAGE_BUDGETS))} tokens (τ=1.0): {cuts}",
-        "[routes]   length p10/p50/p90/max (τ=1.0): " + "/".join(str(at_1["length_quantiles"][q])
-                                                        for q in ("p10", "p50", "p90", "max")),
-        "[routes]   per k: length p10/p50/p90, accuracy (τ=1.0):",
+        f"   accuracy: τ=1.0 {at_1['accuracy']:.3f}   τ=0.6 {at_06['accuracy']:.3f}",
+        f"   cut at {' / '.join(map(str, STAGE_BUDGETS))} tokens (τ=1.0): {cuts}",
+        "   length p10/p50/p90/max (τ=1.0): " + "/".join(str(at_1["length_quantiles"][q])
+                                                     for q in ("p10", "p50", "p90", "max")),
+        "   per k: length p10/p50/p90, accuracy (τ=1.0):",
     ]
     for k, q in at_1["length_by_k"].items():
-        lines.append(f"[routes]     k={int(k):2d}: {q['p10']:3d}/{q['p50']:3d}/{q['p90']:3d}  acc {at_1['accuracy_by_k'][k]:.2f}")
+        lines.append(f"     k={int(k):2d}: {q['p10']:3d}/{q['p50']:3d}/{q['p90']:3d}  acc {at_1['accuracy_by_k'][k]:.2f}")
     routes = ", ".join(f"{name} {r['share']:.2f} (acc {r['accuracy']:.2f})" for name, r in at_1["routes"].items())
-    lines += [f"[routes]   routes taken (τ=1.0): {routes}",
-              f"[routes]   additions written (τ=1.0): {_line_figures(at_1['forms'])}"]
+    lines += [f"   routes taken (τ=1.0): {routes}",
+              f"   additions written (τ=1.0): {_line_figures(at_1['forms'])}"]
     if "separators" in at_1:        # worlds built before these figures were recorded have none
-        lines += [f"[routes]   additions after each separator (τ=1.0): {_line_figures(at_1['separators'])}",
-                  f"[routes]   additions after each check word (τ=1.0): {_line_figures(at_1['after_check'])}"]
-    lines.append(f"[routes]   warm-up {m['warmup']['steps']} steps ({m['warmup']['seconds']}s); build {m['build_seconds']}s")
-    teacher = m.get("teacher", "routes")
-    return [line.replace("[routes]", f"[{teacher}]", 1) for line in lines]
+        lines += [f"   additions after each separator (τ=1.0): {_line_figures(at_1['separators'])}",
+                  f"   additions after each check word (τ=1.0): {_line_figures(at_1['after_check'])}"]
+    lines.append(f"   warm-up {m['warmup']['steps']} steps ({m['warmup']['seconds']}s); build {m['build_seconds']}s")
+    tag = f"[{m.get('teacher', 'routes')}]"         # the world's name: routes or slips
+    return [tag + line for line in lines]
 
 
 def _data_figures(train, tok, seed: int, teacher: Teacher) -> dict:

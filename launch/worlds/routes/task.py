@@ -67,7 +67,7 @@ class Teacher:
     name: str
     k_min: int = K_MIN
     k_max: int = K_MAX
-    separators: dict[str, float] | None = None          # None: uniform over SEPARATORS
+    separators: dict[str, float] | None = None          # None: uniform, drawn as the routes world always drew them
     checks: dict[str, float] = field(default_factory=lambda: dict(CHECKS))
     slip_after_separator: dict[str, float] = field(default_factory=dict)    # separator -> P(slip)
     slip_after_check: dict[str, float] = field(default_factory=dict)        # previous line's check -> P(slip), added
