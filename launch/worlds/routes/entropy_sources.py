@@ -30,7 +30,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from launch.worlds.routes.task import CHECKS, SEPARATORS, SumProblem
+from launch.worlds.routes.task import LINE, SumProblem
 
 CLASSES = ("direction", "form", "check", "separator", "arithmetic", "structure", "unparsed")
 # the parts whose choice changes how often a response ends right (the world's manifest: routes and
@@ -38,9 +38,6 @@ CLASSES = ("direction", "form", "check", "separator", "arithmetic", "structure",
 DECISIONS = ("direction", "form")
 # in the slips world separators and check words change the reward too (the teacher slips after them)
 DECISIONS_BY_WORLD = {"routes": DECISIONS, "slips": (*DECISIONS, "separator", "check")}
-_SEP = "|".join(re.escape(s) for s in sorted(SEPARATORS, key=len, reverse=True))
-_CHECK = "|".join(re.escape(c) for c in CHECKS if c)
-_LINE = re.compile(rf"(?P<letter>[a-p])(?P<digit>\d)(?:(?P<sep>{_SEP})(?P<body>\d+\+\d+=\d+|=\d+))?(?P<check>{_CHECK})?")
 _BOX = re.compile(r"\\boxed\{(?P<digits>\d+)\}")
 
 
@@ -49,7 +46,7 @@ def char_classes(text: str) -> list[str] | None:
     *lines, box = text.split("\n")
     out: list[str] = []
     for n, line in enumerate(lines):
-        m = _LINE.fullmatch(line)
+        m = LINE.fullmatch(line)
         if not m or (n == 0) != (m["body"] is None):      # only the first line adds nothing
             return None
         out += ["direction" if n == 0 else "arithmetic", "arithmetic"]

@@ -164,7 +164,11 @@ def plain_route(k: int) -> Route:
 
 _SEP = "|".join(re.escape(s) for s in SEPARATORS)
 _CHECK = "|".join(re.escape(c) for c in CHECKS if c)
-_LINE = re.compile(rf"([a-p])(\d)(?:({_SEP})(?:(\d+)\+(\d+)=(\d+)|=(\d+)))?({_CHECK})?")
+# one line of a trace: its letter and operand, then (after the first line) a separator and the addition,
+# written in full (a+b=s) or short (=s), then an optional check word; the parser and the entropy split share it
+LINE = re.compile(rf"(?P<letter>[a-p])(?P<digit>\d)"
+                  rf"(?:(?P<sep>{_SEP})(?P<body>(?P<a>\d+)\+(?P<b>\d+)=(?P<s>\d+)|=(?P<short>\d+)))?"
+                  rf"(?P<check>{_CHECK})?")
 
 
 @dataclass(frozen=True)
@@ -194,26 +198,25 @@ def parse_response(text: str, problem: SumProblem) -> ParsedRoute | None:
     values = dict(zip(LETTERS, problem.operands))
     letters, forms, line_ok, separators, checks, total = [], [], [], [], [], 0
     for n, line in enumerate(lines):
-        m = _LINE.fullmatch(line)
-        if not m or (n == 0) != (m.group(3) is None):      # only the first line adds nothing
+        m = LINE.fullmatch(line)
+        if not m or (n == 0) != (m["sep"] is None):      # only the first line adds nothing
             return None
-        letter, named, sep, a, b, s, short, check = m.groups()
-        checks.append(check or "")
-        x = int(named)
-        right = values.get(letter) == x
+        checks.append(m["check"] or "")
+        x = int(m["digit"])
+        right = values.get(m["letter"]) == x
         if n == 0:
             total = x
         else:
-            separators.append(sep)
-            if short is not None:
+            separators.append(m["sep"])
+            if m["short"] is not None:
                 forms.append("short")
-                new = int(short)
+                new = int(m["short"])
             else:
-                a, b, new = int(a), int(b), int(s)
+                a, b, new = int(m["a"]), int(m["b"]), int(m["s"])
                 forms.append("t+x" if (a, b) == (total, x) else "x+t" if (a, b) == (x, total) else "other")
             line_ok.append(right and new == total + x and forms[-1] != "other")
             total = new
-        letters.append(letter)
+        letters.append(m["letter"])
     k, boxed = problem.k, int(m_box.group(1))
     line_ok[-1:] = [bool(line_ok) and line_ok[-1] and total == boxed]       # the box copies the last total
     route = {tuple(LETTERS[:k]): "forward", tuple(LETTERS[:k][::-1]): "backward"}.get(tuple(letters), "invalid")
