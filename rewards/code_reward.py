@@ -161,7 +161,8 @@ def judge(test: CodeTest, expected: Any, run: SandboxResult) -> str:
     if run.memory_exceeded:
         return MEMORY
     if not run.success:
-        return WRONG if test.kind == "assert" and "AssertionError" in run.error else RUNTIME_ERROR
+        judged_wrong = "AssertionError" in run.error or "UnjudgeableComparison" in run.error
+        return WRONG if test.kind == "assert" and judged_wrong else RUNTIME_ERROR
     if test.kind == "stdio":
         return CORRECT if not run.output_truncated and stdout_matches(run.stdout, expected) else WRONG
     if test.kind == "call":

@@ -123,7 +123,7 @@ class _Siblings:
 
 
 def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, mods: _Siblings,
-              unseen) -> dict:
+              unseen, budget: "_ValueBudget") -> dict:
     paths = {name: os.path.join(cap_dir, f"{index}.{name}") for name in ("in", "out", "err", "val")}
     with open(paths["in"], "w", encoding="utf-8") as f:
         f.write(test.get("stdin", ""))
@@ -162,7 +162,7 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     cap = job["max_output_bytes"]
     stdout, out_trunc = _read_capped(paths["out"], cap)  # bytes: they travel raw, see _write_report
     stderr, _ = _read_capped(paths["err"], STDERR_TAIL, tail=True)  # diagnostics: the traceback end
-    verdict = _read_record(paths["val"], cap, nonce)
+    verdict = _read_record(paths["val"], cap, nonce, budget)
     for p in paths.values():
         os.unlink(p)
     xcpu = any(os.WIFSIGNALED(s) and os.WTERMSIG(s) == signal.SIGXCPU for s in statuses)
@@ -184,9 +184,10 @@ def _fork(run) -> int:
     return pid
 
 
-def _read_record(path: str, cap: int, nonce: str) -> dict | None:
+def _read_record(path: str, cap: int, nonce: str, budget: "_ValueBudget") -> dict | None:
     """The harness's (or the judge's) one-line record on fd 3; None if nothing was written. Anything
-    else is an invalid verdict whose error says what the channel held."""
+    else is an invalid verdict whose error says what the channel held. A return value is charged
+    to the response's `budget`."""
     try:
         raw, truncated = _read_capped(path, cap)
     except OSError as e:
@@ -214,11 +215,41 @@ def _read_record(path: str, cap: int, nonce: str) -> dict | None:
             or not _nested_at_most(record.get("value"), MAX_VALUE_DEPTH) or set(record) - {"status", "error", "value"}):
         return {"status": "invalid", "error": "the result record is not one the harness writes (the program "
                 "wrote it)"}
+    if not budget.take(record.get("value")):
+        return {"status": "invalid", "error": f"the return values of this response's tests hold more than "
+                f"{budget.limit} values together (lists, dicts and scalars): each becomes an object in the reward "
+                "worker, ~20x its bytes in the report"}
     return record
 
 
 _STATUSES = ("ok", "exception", "memory")  # what child.py and judge.py write
 MAX_VALUE_DEPTH = 256  # child._plain refuses a value nested over 200 deep
+
+
+# Values (lists, dicts, scalars) of all a response's return values together. The report parses them in the
+# reward worker, each an object of ~50-70 bytes: 1 MiB of `[[], [], ...]` per test was 160 MiB there for
+# 8 tests and 650 MiB for 64 (measured). 2^20 values bound that at ~70 MB whatever the test count.
+MAX_REPORT_VALUES = 1 << 20
+
+
+class _ValueBudget:
+    """What is left of MAX_REPORT_VALUES for the rest of this response's tests."""
+
+    def __init__(self, limit: int = MAX_REPORT_VALUES):
+        self.limit = self.left = limit
+
+    def take(self, value) -> bool:
+        """Charge `value`'s count to the budget; False (nothing charged) if it holds more than is left."""
+        count, stack = 0, [value]
+        while stack:
+            x = stack.pop()
+            count += 1
+            if count > self.left:
+                return False
+            if type(x) in (list, dict):
+                stack.extend(x.values() if type(x) is dict else x)
+        self.left -= count
+        return True
 
 
 def _nested_at_most(value, limit: int) -> bool:
@@ -301,9 +332,9 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
         exec(mods.child.PRELUDE, {})
     if "assert" in kinds:
         import ast  # noqa: F401 - the judge parses the test code
-    tests = []
+    tests, budget = [], _ValueBudget()
     for i, t in enumerate(job["tests"]):
-        tests.append(_run_test(job, i, t, work, cap, is_pid1, mods, unseen))
+        tests.append(_run_test(job, i, t, work, cap, is_pid1, mods, unseen, budget))
         if tests[-1]["timeout"] and job["stop_after_timeout"]:
             break                   # the runner counts the rest as timed out
     _write_report(result_fd, isolation, tests)

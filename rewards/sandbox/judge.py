@@ -18,8 +18,11 @@ prelude name: a program that defines `sorted` or `math` must not compute the tes
 What crosses from the program: plain data of exact builtin types (rewards/sandbox/wire.py) and
 `Remote` stand-ins for everything else (functions, classes, instances, iterators). A Remote can be
 called, indexed, iterated, measured with len(), turned into str/repr/bool, and its attributes read,
-one request each; it equals only itself and has no arithmetic or ordering, so an object whose
-`__eq__` always says True stays in the program's process, where no assertion ever asks it.
+one request each; it equals no plain data and has no arithmetic or ordering, so an object whose
+`__eq__` always says True stays in the program's process, where no assertion ever asks it. Comparing
+two Remotes with == or != fails the test (UnjudgeableComparison): the expected side of such a test was
+made by the program (`assert mid(p, q) == Point(2, 2)`), and identity would pass a `Point` whose
+constructor always returns one object while failing a right answer with its own `__eq__`.
 A StopIteration or StopAsyncIteration the program raises reaches the test as a RuntimeError (PEP 479's
 rule), so it cannot end the test's own loop (`all(map(lambda x: f(x) == x * x, xs))` would be vacuously
 true); only the protocol's end of iteration, StopIteration from a `next` request, stays one.
@@ -46,6 +49,10 @@ _BUILTIN_EXCEPTIONS = {name: obj for name, obj in vars(builtins).items()
 
 class ProgramError(Exception):
     """The program raised an exception of its own class (named in the message)."""
+
+
+class UnjudgeableComparison(Exception):
+    """The test compares two objects of the program: only the program's own code could say if they are equal."""
 
 
 class ProgramExited(Exception):
@@ -110,10 +117,14 @@ class Remote:
         return self._ask("repr", want=str)
 
     def __eq__(self, other):
-        return self is other
+        if type(other) is Remote:
+            raise UnjudgeableComparison(f"the test compares two objects of the program ({self._type} and "
+                                        f"{other._type}): their equality would be the "
+                                        "program's own claim")
+        return False
 
     def __ne__(self, other):
-        return self is not other
+        return not self.__eq__(other)
 
     __hash__ = object.__hash__
 

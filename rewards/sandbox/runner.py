@@ -52,7 +52,9 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
   * bounded processes: RLIMIT_NPROC on a uid nothing else uses (the kernel stops a fork bomb at the
     cap), plus a process-count check in the same watchdog;
   * bounded output: RLIMIT_FSIZE on the capture files, so a print loop fails at the cap instead of
-    growing; the host receives at most the cap per test (stderr: its last 8 KiB);
+    growing; the host receives at most the cap per test (stderr: its last 8 KiB), and the return
+    values of a response's call tests hold at most 2^20 values together (each value is an object in
+    the worker: 1 MiB of `[[], [], ...]` per test was ~20x that there, rewards/sandbox/init.py);
   * nothing survives: init is pid 1 of the namespace, so when it exits the kernel kills every process
     left, including ones that called setsid(); between tests init kill(-1)s the namespace; the
     cgroup is emptied (SIGKILL) and removed last;
@@ -64,7 +66,9 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     another private uid, not dumpable, the test code read from a descriptor only it holds (never in
     the memory the program's process inherits from init); the program's process only answers its
     calls with plain data over a socketpair, and the verdict is written where only the judge and
-    init can reach. Walking frames, patching builtins, json or the harness, sys.settrace and gc
+    init can reach. Two objects of the program are never compared by the judge (`==` between them
+    fails the test): their equality would be the program's own claim, e.g. a `Point` class whose
+    constructor always returns one object. Walking frames, patching builtins, json or the harness, sys.settrace and gc
     scans all act on a process whose say no longer counts.
 Limits are applied in a child forked by the launcher, not with Popen(preexec_fn=...): preexec_fn
 is unsafe in threaded processes such as Ray actors, and the worker only ever spawns the launcher.
@@ -72,7 +76,8 @@ is unsafe in threaded processes such as Ray actors, and the worker only ever spa
 Residual risks (not defended): kernel exploits through the calls the filter allows (no VM);
 reading what the minimal root shows (/usr, /etc, the Python installation: here a venv inside the
 checkout, bound alone, whose packages hold no answers); CPU contention with the host up to the
-quota, and without limit where there is no cpu controller ("cpu" missing from `isolation`); an assert test that judges with a function the *program* defines trusts it, and a
+quota, and without limit where there is no cpu controller ("cpu" missing from `isolation`); an assert test that judges with a function the *program* defines trusts it (so does a container
+comparison of program objects, `[f(a)] == [Point(1, 2)]`, where Python checks identity before `==`), and a
 program name never shadows a builtin or prelude name in the judge. Assert-test semantics that
 change: values cross the process boundary as plain data (list vs tuple kept exact), test-side
 functions or objects cannot be passed to the program (the test fails), containers passed in are

@@ -559,7 +559,7 @@ def test_result_record_errors(tmp_path, content, message):
         path.mkdir()                  # reading a directory fails
     else:
         path.write_text(content)
-    record = init._read_record(str(path), 4096, "N")
+    record = init._read_record(str(path), 4096, "N", init._ValueBudget())
     if message is None:
         assert record is None
     elif message == "ok":

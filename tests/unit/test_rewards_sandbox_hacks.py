@@ -121,6 +121,61 @@ def test_control_bytes_do_not_multiply_the_workers_memory():
     assert growth < 5 * 8 << 20, f"the worker grew by {growth >> 20} MiB for 8 MiB of output"
 
 
+VALUES_BUFFER = """
+import json, resource, sys
+from rewards.sandbox import CodeTest, SandboxLimits, run_tests
+program = "def f(x):\\n    return [[] for _ in range(250_000)]\\n"   # 1 MB of JSON, 250,001 values
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+runs = run_tests(program, [CodeTest("call", fn_name="f", args=[i]) for i in range(12)],
+                 SandboxLimits(timeout_s=20.0, memory_mb=1024, max_output_bytes=1 << 20))
+print(json.dumps({"growth": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) << 10,
+                  "valued": [r.has_value and len(r.value) for r in runs], "errors": [r.error for r in runs]}))
+"""
+
+
+def test_return_values_of_tiny_containers_do_not_multiply_the_workers_memory():
+    """12 call tests each returning 250,000 empty lists (1 MB of JSON, under the output cap): every list was
+    an object in the reward worker, ~20x the bytes (measured: +161 MiB for 8 tests, +643 MiB for 32). The
+    values of a response's tests now hold at most 2^20 values together: the first four tests' values
+    arrive, the rest are invalid records that say why, and the worker grows by ~80 MiB."""
+    out = subprocess.run([sys.executable, "-c", VALUES_BUFFER], capture_output=True, text=True, timeout=300,
+                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["valued"] == [250_000] * 4 + [False] * 8, seen["errors"]
+    assert all("more than 1048576 values" in e for e in seen["errors"][4:]), seen["errors"]
+    assert seen["growth"] < 200 << 20, f"the worker grew by {seen['growth'] >> 20} MiB"
+
+
+# --- an assert test's expected side made by the program ------------------------------------------------
+# `assert mid(...) == Point(2, 2)`: both sides are objects of the program. The judge compared them by
+# identity, so a Point whose constructor always returns one object scored 1.0 and a right answer with its
+# own __eq__ scored 0. Now such a comparison fails the test for both: only the program could say.
+POINT_SPEC = json.dumps({"asserts": ["assert mid(Point(0, 0), Point(4, 4)) == Point(2, 2)",
+                                     "assert mid(Point(0, 0), Point(2, 0)) != Point(5, 5)",
+                                     "assert mid(Point(0, 0), Point(2, 0)).x == 1"]})
+ONE_POINT = """
+    class Point:
+        _one = None
+        def __new__(cls, *a):
+            if cls._one is None:
+                cls._one = object.__new__(cls)
+            return cls._one
+    def mid(a, b):
+        return Point()"""
+RIGHT_POINT = """
+    class Point:
+        def __init__(self, x, y): self.x, self.y = x, y
+        def __eq__(self, o): return (self.x, self.y) == (o.x, o.y)
+    def mid(a, b): return Point((a.x + b.x) / 2, (a.y + b.y) / 2)"""
+
+
+def test_program_objects_are_never_compared_by_the_judge():
+    cheat, right = (score_code(block(p), POINT_SPEC, CFG) for p in (ONE_POINT, RIGHT_POINT))
+    assert cheat.reward == 0.0 and cheat.reason == "wrong", cheat
+    assert "UnjudgeableComparison" in cheat.detail, cheat.detail
+    assert right.reward == pytest.approx(1 / 3), right      # only the test on plain data (.x == 1) judges
+
+
 # --- a record of the program's own making cannot crash the reward worker -----------------------------------
 # The harness's per-test nonce sits in the memory of the program's process (stdio and call tests), so a
 # program can write a record with it. Choosing its own value or "ok" gains nothing (the value is judged
