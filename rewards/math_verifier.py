@@ -16,7 +16,12 @@ forever; no thread can be interrupted out of C code, but a process can be killed
   * a group's distinct answers share a budget too (group_timeout_s): once it is spent, each answer
     left gets a short timer (LATE_TIMEOUT_S, ~100x what an ordinary answer takes; the parent's kill
     follows it too), so a policy that writes 16 different slow answers costs its group about
-    group_timeout_s plus a fraction of a second per answer, not 16 x timeout_s (80 s at the defaults).
+    group_timeout_s plus a fraction of a second per answer, not 16 x timeout_s (80 s at the defaults);
+  * past that budget a group may cost at most MAX_LATE_KILLS hard kills: answers stuck in C ignore the
+    soft timer, and each kill costs the grace and a fresh sympy import (16 of them took one group 60 s
+    with 9 restarts on a busy machine). After the last, the answers left are `timeout` unverified,
+    ordinary ones among them too: the price of a bounded group (a policy gains nothing by it, while a
+    group it could hold for minutes might go stale and escape its negative rewards).
 
 Cost: ~0.1 ms of JSON + pipe round trip per group (negligible next to the 1-5 ms math-verify needs
 per answer; see bench/reward_throughput.py), one extra Python process (~60-100 MB RSS with sympy)
@@ -41,6 +46,7 @@ from pathlib import Path
 
 _SERVER = str(Path(__file__).with_name("_math_verify_server.py"))
 LATE_TIMEOUT_S = 0.25       # an answer's timer once its group's budget is spent
+MAX_LATE_KILLS = 2          # hard kills a group may cost once its budget is spent (module docstring)
 LATE_MARGIN_S = 0.5         # the parent's clock runs ahead of the child's: its kill uses the late
                             # timer only this long past the deadline, never before the child does
 
@@ -164,7 +170,7 @@ class MathVerifier:
         verdicts: list[tuple[str, str]] = []
         with self._lock:
             group_deadline = None       # from the first answer on: a resend after a kill keeps it
-            first, send_failures = True, 0
+            first, send_failures, late_kills = True, 0, 0
             while first or len(verdicts) < len(preds):
                 rest = preds[len(verdicts):]
                 try:
@@ -197,6 +203,12 @@ class MathVerifier:
                         self._restart()
                         verdicts.append(("parse_error", "verifier process crashed") if crashed else
                                         ("timeout", f"verifier killed after {time.monotonic() - now:.2g} s"))
+                        late_kills += time.monotonic() > group_deadline
+                        if late_kills >= MAX_LATE_KILLS:
+                            left = len(preds) - len(verdicts)
+                            return True, "", verdicts + [("timeout", (
+                                f"not verified: the group's {self.group_timeout_s:g} s budget was spent and its "
+                                f"verifier killed {late_kills} times past it"))] * left
                         break
                     verdicts.append((msg["v"], msg["d"]))
             return True, "", verdicts

@@ -9,6 +9,8 @@ interval, `\\pm` or several boxes never match a scalar gold that is one of their
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from rewards.config import RewardConfig
 from rewards.extract import final_boxes
 from rewards.math_reward import score_math, score_math_group
-from rewards.math_verifier import MathVerifier
+from rewards.math_verifier import MAX_LATE_KILLS, MathVerifier
 
 CFG = RewardConfig(math_timeout_s=10.0, math_kill_grace_s=1.0)  # roomy: a busy 2-core machine
 TIGHT = RewardConfig(math_timeout_s=1.0, math_kill_grace_s=1.0)
@@ -193,9 +195,9 @@ def test_known_limitation_lenient_comparisons(verifier):
     assert not score_math(r"\boxed{0.333}", r"\frac{1}{3}", CFG, verifier).correct  # 3 decimals: too coarse
 
 
-def _score_slow_group(texts: list[str], cfg: RewardConfig) -> tuple[list, float]:
-    """(results, seconds) of one group on a fresh verifier with cfg's budgets, its lazy imports paid first
-    under a roomy budget (with one verifier, as a RewardWorker has)."""
+def _score_slow_group(texts: list[str], cfg: RewardConfig) -> tuple[list, float, int]:
+    """(results, seconds, verifier restarts) of one group on a fresh verifier with cfg's budgets, its lazy
+    imports paid first under a roomy budget (with one verifier, as a RewardWorker has)."""
     v = MathVerifier(cfg.math_timeout_s, cfg.math_kill_grace_s, group_timeout_s=cfg.math_group_timeout_s)
     v.start()
     v.timeout_s = 10.0
@@ -204,7 +206,7 @@ def _score_slow_group(texts: list[str], cfg: RewardConfig) -> tuple[list, float]
     try:
         start = time.monotonic()
         results = score_math_group(texts, "19", cfg, v)
-        return results, time.monotonic() - start
+        return results, time.monotonic() - start, v.restarts
     finally:
         v.close()
 
@@ -214,7 +216,7 @@ def test_slow_answers_do_not_cost_the_group_its_verdicts():
     the ordinary answers around them keep theirs."""
     slow = [r"\boxed{9^{9^{9^9}}}", r"\boxed{10^{10^{10}}!}", r"\boxed{(x+1)^{100000}}",
             "\\boxed{" + "\\frac{1}{" * 300 + "2" + "}" * 300 + "}"]
-    results, elapsed = _score_slow_group([r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"], TIGHT)
+    results, elapsed, _ = _score_slow_group([r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"], TIGHT)
     assert [r.reason for r in results[:1] + results[-2:]] == ["correct", "wrong", "correct"], results
     for r in results[1:-2]:
         assert r.reward == 0.0 and r.reason in ("timeout", "parse_error"), r
@@ -227,13 +229,40 @@ def test_a_group_of_many_slow_answers_costs_its_budget_not_each_answers_timeout(
     budget is spent each answer left gets a short timer, and the ordinary answers after them still verify."""
     cfg = TIGHT.model_copy(update={"math_group_timeout_s": 2.0})
     slow = [f"\\boxed{{(x+{c})^{{3000}}}}" for c in range(1, 17)]    # 16 distinct, each > 1 s of sympy in Python
-    results, elapsed = _score_slow_group([r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"], cfg)
+    results, elapsed, _ = _score_slow_group([r"\boxed{19}", *slow, r"\boxed{20}", r"\boxed{\frac{38}{2}}"], cfg)
     assert [r.reason for r in results[:1] + results[-2:]] == ["correct", "wrong", "correct"], results
     assert all(r.reward == 0.0 and r.reason in ("timeout", "parse_error") for r in results[1:-2]), results
     assert any("budget was spent" in r.detail for r in results[1:-2]), results
     # the budget, the answer running when it ran out, 16 late timers (5.6 s measured); with each answer
     # given its own 1 s the group took 16.1 s
     assert elapsed < 2.0 + 1.0 + 16 * 0.25 + 4, f"{elapsed:.1f} s"
+
+
+class _StuckAfterGold(MathVerifier):
+    """A real verifier whose child is stopped (SIGSTOP) once it has answered a request's gold: to the parent,
+    every answer is stuck in C, where the child's soft timer cannot fire. Which answers do that depends on
+    sympy and the machine's load (the red-team's 16 gcd-of-towers answers: 9 kills in one run, 2 in another)."""
+
+    def _read(self, deadline: float):
+        msg = super()._read(deadline)
+        if msg is not None and "gold_ok" in msg:
+            os.kill(self._proc.pid, signal.SIGSTOP)
+        return msg
+
+
+def test_answers_stuck_in_c_cost_a_group_few_kills_past_its_budget():
+    """Each answer stuck in C costs a hard kill, the grace and a fresh sympy import, and nothing bounded
+    their number: one group of 16 took 60 s with 9 restarts at the defaults on a busy machine. Past the
+    group's budget at most MAX_LATE_KILLS kills; the answers left are timeouts, unverified."""
+    v = _StuckAfterGold(timeout_s=1.0, kill_grace_s=0.5, group_timeout_s=2.0)
+    try:
+        gold_ok, _, verdicts = v.verify_many("19", [str(n) for n in range(16)])
+    finally:
+        v.close()
+    assert gold_ok and [verdict for verdict, _ in verdicts] == ["timeout"] * 16, verdicts
+    assert v.restarts <= 2 + MAX_LATE_KILLS, v.restarts          # 1.5 s a kill: two fit in the 2 s budget
+    # the time is the kills' waits plus a sympy import after each (~1 s idle, 10 s on a loaded machine)
+    assert sum(detail.startswith("not verified") for _, detail in verdicts) >= 16 - v.restarts, verdicts
 
 
 def _golds() -> list[str]:
