@@ -175,7 +175,8 @@ def limits_from(cfg: RewardConfig) -> SandboxLimits:
                          max_output_bytes=cfg.max_output_bytes, max_procs=cfg.code_max_procs,
                          tmpfs_mb=cfg.code_tmpfs_mb, namespaces=cfg.code_use_namespaces,
                          hidden_paths=cfg.code_hidden_paths, cpus=cfg.code_cpus,
-                         stop_after_timeout=cfg.code_all_or_nothing)      # one timeout decides the reward
+                         # all or nothing: one timeout decides the reward
+                         max_timeouts=1 if cfg.code_all_or_nothing else cfg.code_max_timeouts)
 
 
 def score_code(text: str, answer: str, cfg: RewardConfig | None = None) -> RewardResult:

@@ -70,13 +70,17 @@ class RewardConfig(BaseModel):
         "working directory (when mount namespaces are available).")
     code_max_tests: int = Field(
         64, ge=1, le=10_000, description="Tests beyond this many in one spec are ignored (bounds one "
-        "response's sandbox time to about code_max_tests * code_test_timeout_s).")
+        "response's sandbox time; a response's timeouts are bounded by code_max_timeouts).")
     code_max_chars: int = Field(
         100_000, ge=100, le=10_000_000, description="Longer extracted programs are rejected unrun.")
     code_all_or_nothing: bool = Field(
         False, description="False: reward = fraction of tests passed. True: 1 only if every test passes "
-        "(and no test runs after one times out: the reward is decided, and a program hanging on every test "
-        "would hold its group for code_max_tests timeouts).")
+        "(and no test runs after one times out: the reward is decided).")
+    code_max_timeouts: int = Field(
+        2, ge=1, le=10_000, description="With the fraction reward: after this many of a response's tests time "
+        "out, the rest are not run and count as timed out. A program that sleeps in every test would "
+        "otherwise hold its group for code_max_tests timeouts (64 x 4 s at the defaults: a group of 16 "
+        "on one worker, over an hour), long enough to go stale and escape its negative reward.")
     code_use_namespaces: bool = Field(
         True, description="Isolate each program in new network/mount/pid/ipc namespaces when the host "
         "allows it (root or unprivileged user namespaces). False only to exercise the fallback path.")

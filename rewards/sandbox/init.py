@@ -335,7 +335,7 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
     tests, budget = [], _ValueBudget()
     for i, t in enumerate(job["tests"]):
         tests.append(_run_test(job, i, t, work, cap, is_pid1, mods, unseen, budget))
-        if tests[-1]["timeout"] and job["stop_after_timeout"]:
+        if tests[-1]["timeout"] and sum(r["timeout"] for r in tests) == job["max_timeouts"]:
             break                   # the runner counts the rest as timed out
     _write_report(result_fd, isolation, tests)
 

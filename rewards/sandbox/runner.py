@@ -26,7 +26,9 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     is read-only, and the only writable directories (/tmp, /var/tmp, /dev/shm) are private, size-capped
     tmpfs that vanish with the sandbox; the host-side temporary directory is removed afterwards;
   * bounded time: a wall-clock limit per test enforced by the sandbox's init, RLIMIT_CPU as a
-    backstop, and an overall deadline here after which the launcher's session is SIGKILLed;
+    backstop, no test run after `max_timeouts` of them timed out (the code reward's cap:
+    code_max_timeouts, or 1 when all or nothing), and an overall deadline here after which the
+    launcher's session is SIGKILLed;
   * bounded memory, per sandbox as a whole: the launcher is moved into a fresh memory cgroup (limit
     = memory_mb, no swap) before it forks anything, so the kernel charges everything the program
     holds, including memory no process maps (memfd and tmpfs files, SysV segments, pipe and socket
@@ -142,10 +144,10 @@ class SandboxLimits:
     memory_cgroup: bool = True    # False: no per-sandbox cgroup (the seccomp + RSS path), for tests
     hidden_paths: tuple[str, ...] = ()  # also hidden where the minimal root shows their surroundings
     cpus: float | None = 1.5      # CPU quota of the whole sandbox, in cores (in its cgroup; None: none)
-    # after a test times out, run no more: the rest count as timed out (an all-or-nothing reward is
-    # decided by then, and a program that hangs on every test would otherwise hold its group for
-    # tests x timeout seconds, long enough to go stale and so escape its negative reward)
-    stop_after_timeout: bool = False
+    # after this many tests time out, run no more: the rest count as timed out. A program that hangs on
+    # every test would otherwise hold its group for tests x timeout seconds (64 x 4 s a response at the
+    # defaults), long enough to go stale and so escape its negative reward; None: run every test
+    max_timeouts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
                "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
                "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
                "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base,
-               "hidden": hidden_paths(limits), "stop_after_timeout": limits.stop_after_timeout}
+               "hidden": hidden_paths(limits), "max_timeouts": limits.max_timeouts}
         cgroup = sandbox_cgroup.create(limits.memory_mb << 20, limits.cpus) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", INIT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
@@ -249,11 +251,14 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
         return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
     iso = tuple(report["isolation"])
     results = report["tests"]
-    stopped = limits.stop_after_timeout and 0 < len(results) < len(tests) and results[-1]["timeout"]
+    timed_out = sum(r["timeout"] for r in results)
+    stopped = (limits.max_timeouts is not None and 0 < len(results) < len(tests) and results[-1]["timeout"]
+               and timed_out == limits.max_timeouts)
     if len(results) != len(tests) and not stopped:
         return [_failed(f"sandbox reported {len(results)} results for {len(tests)} tests")] * len(tests)
     ran = [_result(t, r, iso) for t, r in zip(tests, results)]
-    skipped = _failed(f"not run: test {len(ran) - 1} timed out (stop_after_timeout)", timeout=True)
+    skipped = _failed(f"not run: {timed_out} test(s) timed out, the last test {len(ran) - 1} (max_timeouts)",
+                      timeout=True)
     return ran + [skipped] * (len(tests) - len(ran))
 
 

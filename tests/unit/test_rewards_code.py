@@ -132,7 +132,7 @@ def test_routing():
     assert [r.reason for r in results] == ["correct", "no_code"]
 
 
-def test_all_or_nothing_runs_no_test_after_a_timeout_fraction_runs_them_all():
+def test_all_or_nothing_runs_no_test_after_a_timeout_fraction_runs_them_until_its_cap():
     # hangs on input 1 only: the fraction reward still runs (and passes) the other two tests; the all-or-nothing
     # reward is 0 at the first timeout, so the two tests after it are not run (each would cost the timeout
     # again for a program that hangs on every input) and count as timed out
@@ -144,6 +144,15 @@ def test_all_or_nothing_runs_no_test_after_a_timeout_fraction_runs_them_all():
     assert strict.reward == 0.0 and strict.reason == "timeout", strict
     assert "0/3 tests passed; test 0: timeout" in strict.detail, strict
     runs = run_tests("while True: pass", [CodeTest("stdio", stdin="1\n")] * 4,
-                     SandboxLimits(timeout_s=0.5, stop_after_timeout=True))
+                     SandboxLimits(timeout_s=0.5, max_timeouts=1))
     assert runs[0].timeout and "not run" not in runs[0].error
-    assert all(r.timeout and r.error == "not run: test 0 timed out (stop_after_timeout)" for r in runs[1:]), runs
+    assert all(r.timeout and r.error == "not run: 1 test(s) timed out, the last test 0 (max_timeouts)"
+               for r in runs[1:]), runs
+    # the fraction reward's cap (code_max_timeouts): a program that sleeps in every test costs two timeouts,
+    # not one per test (64 x 4 s a response at the defaults)
+    sleeper = block("import time\ntime.sleep(60)")
+    spec = json.dumps({"inputs": ["1\n"] * 6, "outputs": ["1\n"] * 6})
+    capped = score_code(sleeper, spec, CFG.model_copy(update={"code_test_timeout_s": 0.5}))
+    assert capped.reward == 0.0 and capped.reason == "timeout", capped
+    runs = run_tests("import time\ntime.sleep(60)", [CodeTest("stdio")] * 6, SandboxLimits(timeout_s=0.5, max_timeouts=2))
+    assert [r.error.startswith("not run: 2 test(s) timed out") for r in runs] == [False] * 2 + [True] * 4, runs

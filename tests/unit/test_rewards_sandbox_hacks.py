@@ -8,6 +8,7 @@ nothing of it may survive.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -174,6 +175,17 @@ def test_program_objects_are_never_compared_by_the_judge():
     assert cheat.reward == 0.0 and cheat.reason == "wrong", cheat
     assert "UnjudgeableComparison" in cheat.detail, cheat.detail
     assert right.reward == pytest.approx(1 / 3), right      # only the test on plain data (.x == 1) judges
+
+
+def test_the_program_yields_to_init_inside_the_cpu_quota():
+    """The program runs at nice 10 under the sandbox's CPU quota, so a fork bomb's busy processes cannot starve
+    init's watchdog (a 4 s test ended after 5-18 s on a busy host, 4.3-6.3 s at nice 10); with no quota the
+    program keeps the host's priority. A program cannot raise its own priority back."""
+    runs = run_tests("import os\nprint(os.nice(0))\ntry:\n    os.nice(-10)\nexcept OSError:\n    print('refused')",
+                     [CodeTest("stdio")], LIMITS)
+    ours = os.nice(0)                                   # the sandbox starts at the worker's niceness
+    expected = f"{min(ours + 10, 19)}\nrefused\n" if "cpu" in runs[0].isolation else f"{ours}\n"
+    assert runs[0].stdout.startswith(expected), (runs[0].stdout, runs[0].isolation)
 
 
 # --- a record of the program's own making cannot crash the reward worker -----------------------------------
