@@ -93,7 +93,7 @@ REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")
 FINDINGS: tuple[Finding, ...] = (
     Finding(
         "reuse", "Off-policy sample reuse collapses entropy faster", "Skywork-OR1 §4 (Figure: off-policy ablation)",
-        "routes", (ONPOLICY, REUSE4),
+        "slips", (ONPOLICY, REUSE4),
         (Check("reuse-4 (16 updates per rollout batch) keeps less of its entropy than on-policy",
                "entropy_ratio", ONPOLICY.name, REUSE4.name, "lower",
                "lower: (4, 64, 16)'s entropy collapses faster than (1, 64, 64)'s and its test accuracy "
@@ -109,7 +109,7 @@ FINDINGS: tuple[Finding, ...] = (
         "minibatches", "More mini-batches per rollout batch also speed up collapse", "Skywork-OR1 §4",
         # a preset, not a --learner.batch.mini_batch override: an absolute D_T would be applied after a
         # world's scaling (D_R 32 or 16 there) and lose the ratio D_R/D_T = 4
-        "routes", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt16")),
+        "slips", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt16")),
         (Check("(1, D_R, D_T) with D_T = D_R/4 keeps less entropy than (1, D, D)",
                "entropy_ratio", ONPOLICY.name, "(1, D, D/4)", "lower",
                "lower: more SGD steps per batch, from mini-batches as from reuse, collapse entropy faster "
@@ -117,14 +117,14 @@ FINDINGS: tuple[Finding, ...] = (
         gpu={ONPOLICY.name: "reuse1_dr64_dt64", "(1, D, D/4)": "reuse1_dr64_dt16"}),
     Finding(
         "temperature", "A low sampling temperature collapses faster", "Skywork-OR1 §4 (temperature ablation)",
-        "routes", (Arm("tau 1.0", "temp_1"), Arm("tau 0.6", "temp_0.6")),
+        "slips", (Arm("tau 1.0", "temp_1"), Arm("tau 0.6", "temp_0.6")),
         (Check("tau 0.6 keeps less of its entropy than tau 1.0", "entropy_ratio", "tau 1.0", "tau 0.6", "lower",
                "lower: tau 0.6 starts with less entropy, gives a weaker learning signal and ends with lower "
                "test accuracy than tau 1.0 (figures only)"),),
         gpu={"tau 1.0": "temp_1", "tau 0.6": "temp_0.6"}),
     Finding(
         "clip_higher", "Clip-higher keeps entropy up; a large eps_high blows it up",
-        "DAPO §3.1; Skywork-OR1 §4 (clip-higher ablation)", "routes",
+        "DAPO §3.1; Skywork-OR1 §4 (clip-higher ablation)", "slips",
         (Arm("eps_high 0.2", "cliphigh_0.2"), Arm("eps_high 0.28", "cliphigh_0.28"),
          Arm("eps_high 0.5", "cliphigh_0.28", ("--learner.loss.eps_high", "0.5"))),
         (Check("eps_high 0.28 keeps more entropy than 0.2", "entropy_ratio", "eps_high 0.2", "eps_high 0.28", "higher",
@@ -137,15 +137,15 @@ FINDINGS: tuple[Finding, ...] = (
              "eps_high 0.5": "cliphigh_0.28 + --learner.loss.eps_high 0.5"}),
     Finding(
         "entropy_control", "Adaptive entropy control holds entropy near its target",
-        "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "routes",
+        "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "slips",
         (Arm("adaptive", "entropy_adaptive"), Arm("none", "entropy_none"), Arm("fixed 1e-2", "entropy_fixed_0.01")),
         entropy_control_checks("adaptive", "none", "fixed 1e-2"),
         gpu={"adaptive": "entropy_adaptive", "none": "entropy_none", "fixed 1e-2": "entropy_fixed_0.01"}),
     Finding(
         "entropy_control_reuse", "Adaptive entropy control where entropy falls below its target",
-        "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "tiny",
-        # In the routes world no arm gets near the 0.2 target, so the controller never acts; the tiny
-        # world under reuse-4 falls through it (0.28 -> 0.19 in 30 steps), so here it has to.
+        "Skywork-OR1 §3 (adaptive entropy control) and its entropy-loss ablation", "slips",
+        # In 20 steps no arm of `entropy_control` gets to the 0.2 target, so the controller never acts; the
+        # slips world under reuse-4 falls through it (0.32 -> 0.17 in 40 steps), so here it has to.
         tuple(Arm(name, REUSE4.preset, ("--learner.entropy.type", *rule)) for name, rule in (
             ("reuse 4, adaptive", ("adaptive",)), ("reuse 4, none", ("none",)),
             ("reuse 4, fixed 1e-2", ("fixed", "--learner.entropy.coef", "0.01")),
@@ -156,9 +156,9 @@ FINDINGS: tuple[Finding, ...] = (
                "reuse 4, adaptive", "higher",
                "higher, as a direction only: the report's text gives delta 5e-3 a step, its released scripts "
                "1e-4 (c_max 5e-3 in both); the two are not compared there")),
-        notes="Every arm is reuse-4 (16 updates per rollout batch) in the tiny world, whose entropy falls "
-              "below the 0.2 target around step 23; only the entropy rule differs. At least 40 steps, so the "
-              "control acts for the last 17 or so.",
+        notes="Every arm is reuse-4 (16 updates per rollout batch) in the slips world, whose entropy falls "
+              "below the 0.2 target between steps 16 and 30; only the entropy rule differs. At least 40 steps, "
+              "so the control acts for the last 10-24.",
         min_steps=40,
         gpu={"reuse 4, adaptive": "reuse4_dr64_dt16", "reuse 4, none": "reuse4_dr64_dt16 + --learner.entropy.type none",
              "reuse 4, fixed 1e-2": "reuse4_dr64_dt16 + --learner.entropy.type fixed --learner.entropy.coef 0.01",
@@ -166,7 +166,7 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(
         "lag", "Entropy and accuracy against lag as a controlled dose", "Skywork-OR1 §4 (off-policy updates "
         "speed up entropy collapse), measured here as a dose: every token trained at update lag exactly k",
-        "routes", LAG_ARMS,
+        "slips", LAG_ARMS,
         (SlopeCheck("entropy ratio falls as the lag k grows (0, 1, 2, 4, 8)", "entropy_ratio",
                     tuple((a.name, float(k)) for a, k in zip(LAG_ARMS, LAG_DOSES)), "lower",
                     "lower, as a direction only: the paper compares off- with on-policy updates and reports "

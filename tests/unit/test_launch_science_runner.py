@@ -48,7 +48,7 @@ def test_a_run_without_final_weights_is_an_error(tmp_path):
 
 
 def test_a_finding_that_needs_more_steps_runs_them():
-    """entropy_control_reuse's entropy crosses the 0.2 target around step 23 of the tiny world's reuse-4:
+    """entropy_control_reuse's entropy crosses the 0.2 target at steps 16-30 of the slips world's reuse-4:
     at the report's default 20 steps the controller would never act, so the finding runs at least 40."""
     from launch.science.findings import finding
     from launch.science.runner import config_of, spec_for

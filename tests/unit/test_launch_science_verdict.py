@@ -221,10 +221,11 @@ def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
     from launch.science.runner import spec_for
 
     reuse, temperature = finding("reuse"), finding("temperature")
-    fair = fair_overrides([reuse, temperature], None, 20)
+    fair = fair_overrides([reuse, temperature], "routes", 20)
     assert fair["reuse"][-2:] == ("--learner.checkpoint_every", "20")
     assert "--learner.checkpoint_every" not in fair["temperature"]
     assert "--learner.checkpoint_every" not in fair_overrides([reuse], "tiny", 20)["reuse"]
+    assert "--learner.checkpoint_every" not in fair_overrides([reuse], None, 20)["reuse"]    # its own: slips
     f = replace(reuse, overrides=fair["reuse"])
     assert spec_for(f, f.arms[1], 0, 20, "routes").splits_entropy
     assert not spec_for(f, f.arms[1], 0, 20, "tiny").splits_entropy
