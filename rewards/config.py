@@ -31,7 +31,8 @@ class RewardConfig(BaseModel):
         10.0, gt=0, le=3600, description="Wall-clock budget for all the distinct answers of one group "
         "together. Once it is spent, each answer left gets a short timer (0.25 s; an ordinary answer "
         "takes 1-5 ms), so a group of 16 different slow answers costs ~this plus 4 s, not 16 x "
-        "math_timeout_s. An answer cut short is a timeout (reward as wrong), never dropped.")
+        "math_timeout_s; past it, after two hard kills of the verifier (answers stuck in C), the answers "
+        "left are timeouts unverified. An answer cut short is a timeout (reward as wrong), never dropped.")
     math_startup_timeout_s: float = Field(
         60.0, gt=0, le=600, description="How long a fresh verifier subprocess may take to import "
         "math-verify/sympy (≈0.5 s idle, much more on a loaded machine) before scoring gives up with "
