@@ -1,6 +1,7 @@
 """The science report: the on/off-policy findings of Skywork-OR1 and DAPO, checked with real runs.
 
     .venv/bin/python -m launch.science                          # every finding, 3 seeds, 20 steps, the CPU worlds
+    .venv/bin/python -m launch.science --findings reuse --seeds 8          # the reuse finding alone: ~31 min
     .venv/bin/python -m launch.science --findings reuse temperature --seeds 3 --steps 40
     .venv/bin/python -m launch.science --seeds 5 reuse=10                   # 10 seeds for reuse, 5 for the rest
     .venv/bin/python -m launch.science --full --out runs/science-gpu   # the paper-scale presets (GPU cluster)
@@ -56,9 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", default=["3"], help="seeds per arm (>= 2 for a verdict; 3 by default), "
                     "and per finding as FINDING=N, e.g. '5 reuse=10'")
     ap.add_argument("--steps", type=int, default=20, help="learner steps per run, or a finding's own minimum where "
-                    "it needs more (entropy_control_reuse: 40) (20: the reuse finding alone, "
-                    "10 seeds, took 48 min on 2 cores; every finding with 3 seeds is estimated at 2.5-3 h, of which "
-                    "entropy_control_reuse's 12 tiny runs of 40 steps take ~20 min)")
+                    "it needs more (entropy_control_reuse: 40). In the slips world on 2 cores, two runs side by "
+                    "side, a 20-step run takes 130-200 s: the reuse finding alone with 8 seeds 31 min, the lag "
+                    "finding with 5 seeds 38 min, entropy_control_reuse's 12 runs of 40 steps 54 min, every "
+                    "entropy finding at 5 seeds (reuse 8, entropy_control_reuse 3) 3 h 9 min, a finding at a time")
     ap.add_argument("--world", choices=("tiny", "reasoning", "routes", "slips"), default=None,
                     help="run every finding in this world (default: each finding's own)")
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
