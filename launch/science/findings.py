@@ -148,21 +148,17 @@ FINDINGS: tuple[Finding, ...] = (
         # slips world under reuse-4 falls through it (0.32 -> 0.17 in 40 steps), so here it has to.
         tuple(Arm(name, REUSE4.preset, ("--learner.entropy.type", *rule)) for name, rule in (
             ("reuse 4, adaptive", ("adaptive",)), ("reuse 4, none", ("none",)),
-            ("reuse 4, fixed 1e-2", ("fixed", "--learner.entropy.coef", "0.01")),
-            ("reuse 4, adaptive delta 5e-3", ("adaptive", "--learner.entropy.delta", "0.005")))),
-        (*entropy_control_checks("reuse 4, adaptive", "reuse 4, none", "reuse 4, fixed 1e-2"),
-         Check("with the report text's delta (5e-3 a step) adaptive control ends closer to its target than "
-               "the released scripts' 1e-4", "entropy_target_gap", "reuse 4, adaptive delta 5e-3",
-               "reuse 4, adaptive", "higher",
-               "higher, as a direction only: the report's text gives delta 5e-3 a step, its released scripts "
-               "1e-4 (c_max 5e-3 in both); the two are not compared there")),
+            ("reuse 4, fixed 1e-2", ("fixed", "--learner.entropy.coef", "0.01")))),
+        entropy_control_checks("reuse 4, adaptive", "reuse 4, none", "reuse 4, fixed 1e-2"),
         notes="Every arm is reuse-4 (16 updates per rollout batch) in the slips world, whose entropy falls "
               "below the 0.2 target between steps 16 and 30; only the entropy rule differs. At least 40 steps, "
-              "so the control acts for the last 10-24.",
+              "so the control acts for the last 10-24. The adaptive arm steps its coefficient by the released "
+              "scripts' delta 1e-4; the report's text says 5e-3, a pair the paper does not compare, so it is not an arm "
+              "here (5 seeds of a 40-step reuse-4 arm cost 25 min): --override learner.entropy.delta=0.005 runs "
+              "the finding with the text's.",
         min_steps=40,
         gpu={"reuse 4, adaptive": "reuse4_dr64_dt16", "reuse 4, none": "reuse4_dr64_dt16 + --learner.entropy.type none",
-             "reuse 4, fixed 1e-2": "reuse4_dr64_dt16 + --learner.entropy.type fixed --learner.entropy.coef 0.01",
-             "reuse 4, adaptive delta 5e-3": "reuse4_dr64_dt16 + --learner.entropy.delta 0.005"}),
+             "reuse 4, fixed 1e-2": "reuse4_dr64_dt16 + --learner.entropy.type fixed --learner.entropy.coef 0.01"}),
     Finding(
         "lag", "Entropy and accuracy against lag as a controlled dose", "Skywork-OR1 §4 (off-policy updates "
         "speed up entropy collapse), measured here as a dose: every token trained at update lag exactly k",
