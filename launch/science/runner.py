@@ -161,6 +161,9 @@ def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
                                  "seconds": json.loads((path / "summary.json").read_text())["seconds"]}
         else:
             todo.append(spec)
+    # the longest runs first (entropy_control_reuse's 40 steps take ~4x a 20-step run): started last,
+    # one would leave the other core idle for most of its length at the end of the report
+    todo.sort(key=lambda spec: -spec.steps)
     print(f"[science] {len(results)} of {len(results) + len(todo)} runs done before, kept; {len(todo)} to run, "
         f"{jobs} at a time (each run's console: {runs_dir}/<run>.log)", flush=True)
     t0 = time.monotonic()

@@ -60,3 +60,17 @@ def test_a_finding_that_needs_more_steps_runs_them():
     assert {lc.batch.n_sgd for lc in rules.values()} == {16}           # one factor: the entropy rule
     assert [(lc.entropy.type, getattr(lc.entropy, "delta", None), getattr(lc.entropy, "coef", None))
             for lc in rules.values()] == [("adaptive", 1e-4, None), ("none", None, None), ("fixed", None, 1e-2)]
+
+
+def test_the_longest_runs_start_first(tmp_path, monkeypatch):
+    """Two runs side by side: a 40-step run queued last would run alone at the report's end."""
+    started = []
+
+    def fake_run(spec, runs_dir):
+        started.append((spec.preset, spec.steps))
+        return {"path": str(runs_dir / spec.key), "seconds": 1.0, "error": None}
+
+    monkeypatch.setattr(runner, "_run_one", fake_run)
+    specs = [RunSpec("a", (), "slips", 0, 20), RunSpec("b", (), "slips", 0, 40), RunSpec("c", (), "slips", 0, 20)]
+    done = runner.run_all(specs, tmp_path, jobs=1)
+    assert started == [("b", 40), ("a", 20), ("c", 20)] and len(done) == 3
