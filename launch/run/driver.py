@@ -32,6 +32,7 @@ class RunResult:
     metrics: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    startup: dict[str, float] = field(default_factory=dict)     # start-up phase -> seconds
 
 
 def init_ray(cfg: RunConfig) -> None:
@@ -121,7 +122,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
     from launch.run.feeder import PromptFeeder
-    from launch.run.progress import Progress
+    from launch.run.progress import Progress, StartupClock
     from launch.run.prompt_stats import PromptStats
     from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, summary_scalars
     from launch.run.tracking import Trackers, check_available, open_trackers
@@ -131,6 +132,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     from rewards.workers import RewardPool
 
     started = time.monotonic()
+    clock = StartupClock(started)
     run_path = cfg.path.resolve()
     run_path.mkdir(parents=True, exist_ok=True)
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
@@ -138,7 +140,9 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     problems = _load(cfg, train_path)               # so does a bad dataset row
     eval_problems = _load(cfg, eval_path) if eval_path else None
 
+    clock.mark("data")
     init_ray(cfg)
+    clock.mark("ray")
     cfg, gpus = _resolve_layout(cfg)       # refusals that need the cluster; the weight transport 'auto' picks
     write_private(run_path / "config.json", cfg.model_dump_json(indent=2))   # may name a REDIS_URL with its password
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
@@ -150,6 +154,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     print(f"[driver] run {cfg.run_id} in {run_path}; redis {url.split('@')[-1]}; "
           f"ray {ray.get_runtime_context().gcs_address}", flush=True)
 
+    clock.mark("redis")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     renderer = PromptRenderer(tokenizer, cfg.data.chat_template, template)
     result = RunResult(cfg.run_id, run_path, url)
@@ -174,6 +179,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
                                    model_dir=model, run_dir=run_path, transport=transport,
                                    temperature=cfg.temperature, group_size=cfg.group_size, seed=cfg.seed,
                                    on_transport=start_engines if early else None)
+        clock.mark("learner (engines alongside)" if early else "learner")
         cfg = _record_optimizer(cfg, learner, run_path, buffer)
         if learner.resumed_from:
             r = learner.resumed_from
@@ -185,13 +191,16 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
         # the run id names the tracker run; a resumed run continues it from the step it retrains
         trackers = open_trackers(cfg.tracking, name=cfg.run_id, log_dir=run_path, store_root=run_path.parent,
                                  hparams=cfg.model_dump(mode="json"), start_step=learner.steps_done)
+        clock.mark("trackers")
         if not actors:
             start_engines(learner.actor_transport)
         loops = start_loops(actors)
         _record_placement(run_path, buffer, wait_started(actors, cfg.actors, cfg.run_id), learner, model)
+        clock.mark("engines ready")
         # a collective transport forms its group with every actor here (the object store returns at once)
         learner.sync_actors([actor_name(cfg.run_id, i) for i in range(cfg.actors.num_actors)],
                             timeout_s=cfg.actors.collective.start_timeout_s)
+        clock.mark("first weights")
         feeder = PromptFeeder(buffer, problems, renderer, rollout_batch=cfg.learner.batch.rollout_batch,
                               group_size=cfg.group_size, temperature=cfg.temperature,
                               max_model_len=cfg.actors.max_model_len, stage_at=cfg.data.stage_at,
@@ -211,6 +220,9 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
 
         if evaluator:
             evaluate()
+            clock.mark("first evaluation")
+        print(clock.line(), flush=True)
+        result.startup = clock.phases
         feeder.start()
         deadline = started + cfg.max_wall_s if cfg.max_wall_s else None
         progress = Progress(cfg.steps, start_step=learner.steps_done, deadline=deadline)
@@ -257,7 +269,8 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     result.seconds = time.monotonic() - started
     summary = build_summary(run_id=cfg.run_id, preset=cfg.preset, run_path=run_path, steps_total=cfg.steps,
                             seconds=result.seconds, rows=read_metrics(run_path / "metrics.jsonl"),
-                            evals=read_evals(run_path / "evals.jsonl"), stop_reason=stop_reason)
+                            evals=read_evals(run_path / "evals.jsonl"), stop_reason=stop_reason,
+                            startup=result.startup)
     (run_path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     trackers.log_summary(summary_scalars(summary))
     trackers.close()

@@ -82,13 +82,15 @@ def prime_summary(rows: list[dict]) -> dict | None:
 
 
 def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int, seconds: float,
-                  rows: list[dict], evals: list[dict], stop_reason: str) -> dict:
-    """``rows``: every step's metrics row; ``evals``: the evaluation rows (first = before training)."""
+                  rows: list[dict], evals: list[dict], stop_reason: str, startup: dict | None = None) -> dict:
+    """``rows``: every step's metrics row; ``evals``: the evaluation rows (first = before training);
+    ``startup``: seconds per start-up phase (launch.run.progress.StartupClock)."""
     trained = sum(int(r.get("groups/trained", 0)) for r in rows)
     lag_means = [r["lag/mean"] for r in rows if "lag/mean" in r]
     return {
         "run_id": run_id, "preset": preset, "run_path": str(run_path), "steps": len(rows),
         "steps_total": steps_total, "stop_reason": stop_reason, "seconds": round(seconds, 1),
+        "startup_seconds": dict(startup or {}),
         "evals": evals,
         "accuracy": _first_last(evals, "eval/avg@n"),
         "eval_n": evals[-1]["eval/n"] if evals else None,

@@ -36,3 +36,15 @@ def test_the_wall_clock_deadline_caps_the_eta(monkeypatch):
     assert _eta(p.line({"step": 99, "version": 100, "mode": "off_policy"})) == "5.4s/step ETA 1.0 min"
     now[0] = 700.0                          # past the deadline: the driver stops at the next check
     assert _eta(p.line({"step": 100, "version": 101, "mode": "off_policy"})) == "6.9s/step ETA 0.0 min"
+
+
+def test_startup_clock_gives_each_phase_the_time_since_the_previous_mark(monkeypatch):
+    import launch.run.progress as progress
+
+    now = iter([110.0, 135.5, 136.0])        # ray ends at 110, the learner at 135.5, engines at 136
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(now))
+    clock = progress.StartupClock(started=100.0)
+    for phase in ("ray", "learner", "engines ready"):
+        clock.mark(phase)
+    assert clock.phases == {"ray": 10.0, "learner": 25.5, "engines ready": 0.5}
+    assert clock.line() == "[driver] started in 36.0 s: ray 10.0, learner 25.5, engines ready 0.5"

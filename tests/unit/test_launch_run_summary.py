@@ -28,7 +28,8 @@ EVALS = [{"step": 0, "eval/avg@n": 0.125, "eval/n": 4, "eval/problems": 32},
 
 def _summary(evals: list[dict]) -> dict:
     return build_summary(run_id="r1", preset="onpolicy", run_path=RUN, steps_total=5, seconds=125.4,
-                         rows=STEPS, evals=evals, stop_reason="max_wall_s=120 reached")
+                         rows=STEPS, evals=evals, stop_reason="max_wall_s=120 reached",
+                         startup={"ray": 6.0, "learner": 25.0})
 
 
 def test_every_field_is_printed_with_its_figures():
@@ -52,6 +53,7 @@ def test_the_dict_holds_the_same_figures():
     assert s["groups"] == {"trained": 11, "zero_advantage_dropped": 3, "stale_dropped": 3,
                            "stale_responses_dropped": 7}
     assert s["files"]["metrics.jsonl"] == "/runs/r1/metrics.jsonl" and s["guard"] is None and s["prime"] is None
+    assert s["startup_seconds"] == {"ray": 6.0, "learner": 25.0}
 
 
 def test_the_trackers_get_the_summary_as_numbers():
