@@ -74,3 +74,18 @@ def test_the_longest_runs_start_first(tmp_path, monkeypatch):
     specs = [RunSpec("a", (), "slips", 0, 20), RunSpec("b", (), "slips", 0, 40), RunSpec("c", (), "slips", 0, 20)]
     done = runner.run_all(specs, tmp_path, jobs=1)
     assert started == [("b", 40), ("a", 20), ("c", 20)] and len(done) == 3
+
+
+def test_clip_higher_under_reuse_shares_its_symmetric_arm_and_differs_in_eps_high_only():
+    """clip_higher_reuse's eps_high 0.2 arm is entropy_control_reuse's adaptive arm (one set of runs: the
+    same spec key, so a report with both runs it once); its 0.28 arm differs in eps_high alone."""
+    from launch.science.findings import finding
+    from launch.science.runner import config_of, spec_for
+
+    ch, ec = finding("clip_higher_reuse"), finding("entropy_control_reuse")
+    assert spec_for(ch, ch.arms[0], 3, 20, "slips").key == spec_for(ec, ec.arms[0], 3, 20, "slips").key
+    low, high = (config_of(spec_for(ch, a, 0, 20, "slips")).model_dump(exclude={"run_id"}) for a in ch.arms)
+    assert (low["learner"]["loss"]["eps_high"], high["learner"]["loss"]["eps_high"]) == (0.2, 0.28)
+    assert low["steps"] == 40 and low["learner"]["batch"]["n_reuse"] == 4
+    high["learner"]["loss"]["eps_high"] = 0.2
+    assert high == low
