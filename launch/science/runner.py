@@ -166,14 +166,15 @@ def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
     todo.sort(key=lambda spec: -spec.steps)
     print(f"[science] {len(results)} of {len(results) + len(todo)} runs done before, kept; {len(todo)} to run, "
         f"{jobs} at a time (each run's console: {runs_dir}/<run>.log)", flush=True)
-    t0 = time.monotonic()
+    t0, steps_total, steps_done = time.monotonic(), sum(spec.steps for spec in todo), 0
     with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         running = {pool.submit(_run_one, spec, runs_dir): spec for spec in todo}
         for i, done in enumerate(as_completed(running), 1):
             spec, result = running[done], done.result()
             results[spec.key] = result
             elapsed = time.monotonic() - t0
-            eta = elapsed / i * (len(todo) - i)
+            steps_done += spec.steps        # by steps, not runs: the longest runs go first
+            eta = elapsed / steps_done * (steps_total - steps_done)
             state = "done" if result["error"] is None else f"FAILED ({result['error'].splitlines()[0]})"
             print(f"[science] {i}/{len(todo)} {spec.key} {state} in {result['seconds']:.0f} s "
                 f"({elapsed / 60:.1f} min so far, ETA {eta / 60:.1f} min)", flush=True)
