@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from launch.science.findings import Finding, SlopeCheck
-from launch.science.verdict import Verdict, judge, judge_slope, statistic
+from launch.science.verdict import Verdict, judge, judge_slope, power_target, statistic
 
 PANELS = (("entropy/mean", "entropy"), ("reward/accuracy", "accuracy (training)"),
           ("length/mean", "response length (tokens)"), ("clip/frac", "clipped-token fraction"))
@@ -172,7 +172,8 @@ def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path
         f"<td><b>{r.verdict.verdict}</b></td></tr>" for r in results)
     sections = []
     for f in {r.finding.key: r.finding for r in results}.values():
-        checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, {esc(r.verdict.line())}</li>"
+        checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, "
+                         f"{esc(r.verdict.line(power_target(r.statistic)))}</li>"
                          for r in results if r.finding.key == f.key)
         arms = "".join(f"<li><code>{esc(a.name)}</code>: preset <code>{esc(a.preset)}</code> "
                        f"{esc(' '.join((*f.overrides, *a.overrides)))}</li>" for a in f.arms)

@@ -134,6 +134,12 @@ def statistic(name: str, rows: Rows | None, reference: Rows | None = None, skip_
 
 
 POWER_HALF_WIDTH = 0.05     # the 95% half-width a verdict on the entropy ratio should reach (DESIGN.md)
+UNSCALED = {"length_growth"}   # in tokens: a half-width of 0.05 tokens is no target
+
+
+def power_target(statistic: str) -> float | None:
+    """The half-width a verdict on ``statistic`` should reach; None where ± 0.05 means nothing (tokens)."""
+    return None if statistic in UNSCALED else POWER_HALF_WIDTH
 
 
 @dataclass(frozen=True)
@@ -162,13 +168,15 @@ class Verdict:
             n += 1
         return n
 
-    def line(self) -> str:
+    def line(self, target: float | None = POWER_HALF_WIDTH) -> str:
+        """The verdict, its effect and interval; where the interval is wider than ``target``, about how
+        many seeds would narrow it to that (no target: no estimate)."""
         if self.n == 0:       # e.g. the decision-entropy split, which only the routes world's runs record
             return f"{self.verdict}: not measured (no seed has this statistic for both arms)"
         text = (f"{self.verdict}: effect {self.effect:+.4f}, 95% CI ± {self.half_width:.4f} "
                 f"(sd {self.spread:.4f} over {self.n} seeds, t = {self.t:+.2f})")
-        if self.half_width > POWER_HALF_WIDTH and (need := self.seeds_for()) is not None:
-            text += f"; wider than ± {POWER_HALF_WIDTH}: about {need} seeds at this spread would reach it"
+        if target is not None and self.half_width > target and (need := self.seeds_for(target)) is not None:
+            text += f"; wider than ± {target}: about {need} seeds at this spread would reach it"
         return text
 
 

@@ -229,3 +229,15 @@ def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
     f = replace(reuse, overrides=fair["reuse"])
     assert spec_for(f, f.arms[1], 0, 20, "routes").splits_entropy
     assert not spec_for(f, f.arms[1], 0, 20, "tiny").splits_entropy
+
+
+def test_a_seed_estimate_only_where_the_half_width_target_means_something():
+    """± 0.05 is the target on the entropy ratio (and nats, accuracy, rates); a length in tokens has none."""
+    from launch.science.verdict import power_target
+
+    # d = [0.30, 0.34, 0.38]: mean 0.34, sd 0.04, half-width 4.303 * 0.04 / sqrt(3) = 0.0994 > 0.05;
+    # 4 seeds: 3.182 * 0.04 / 2 = 0.0636, 5 seeds: 2.776 * 0.04 / sqrt(5) = 0.0497 <= 0.05
+    v = judge([0.0, 0.0, 0.0], [0.30, 0.34, 0.38], "higher")
+    assert power_target("length_growth") is None and power_target("entropy_ratio") == 0.05
+    assert v.line(power_target("length_growth")).endswith("(sd 0.0400 over 3 seeds, t = +14.72)")
+    assert v.line(power_target("entropy_ratio")).endswith("; wider than ± 0.05: about 5 seeds at this spread would reach it")
