@@ -240,4 +240,5 @@ def test_a_seed_estimate_only_where_the_half_width_target_means_something():
     v = judge([0.0, 0.0, 0.0], [0.30, 0.34, 0.38], "higher")
     assert power_target("length_growth") is None and power_target("entropy_ratio") == 0.05
     assert v.line(power_target("length_growth")).endswith("(sd 0.0400 over 3 seeds, t = +14.72)")
-    assert v.line(power_target("entropy_ratio")).endswith("; wider than ± 0.05: about 5 seeds at this spread would reach it")
+    assert v.line(power_target("entropy_ratio")).endswith(
+        "; wider than ± 0.05: about 5 seeds at this spread would reach it")
