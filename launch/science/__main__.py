@@ -1,6 +1,6 @@
 """The science report: the on/off-policy findings of Skywork-OR1 and DAPO, checked with real runs.
 
-    .venv/bin/python -m launch.science                          # every finding, 3 seeds, 20 steps, the CPU worlds
+    .venv/bin/python -m launch.science                          # every finding, 3 seeds, 20 steps: ~2 h 42 min
     .venv/bin/python -m launch.science --findings reuse --seeds 8          # the reuse finding alone: ~31 min
     .venv/bin/python -m launch.science --findings reuse temperature --seeds 3 --steps 40
     .venv/bin/python -m launch.science --seeds 5 reuse=10                   # 10 seeds for reuse, 5 for the rest
@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", nargs="+", default=["3"], help="seeds per arm (>= 2 for a verdict; 3 by default), "
                     "and per finding as FINDING=N, e.g. '5 reuse=10'")
     ap.add_argument("--steps", type=int, default=20, help="learner steps per run, or a finding's own minimum where "
-                    "it needs more (entropy_control_reuse: 40). In the slips world on 2 cores, two runs side by "
-                    "side, a 20-step run takes 130-200 s: the reuse finding alone with 8 seeds 31 min, the lag "
-                    "finding with 5 seeds 38 min, entropy_control_reuse's 12 runs of 40 steps 54 min, every "
-                    "entropy finding at 5 seeds (reuse 8, entropy_control_reuse 3) 3 h 9 min, a finding at a time")
+                    "it needs more (the reuse-4 findings of entropy control and clip-higher: 40). On 2 cores, two "
+                    "runs side by side, a 20-step slips run takes 130-240 s, a 40-step reuse-4 run ~9.5 min: "
+                    "the reuse finding alone with 8 seeds 31 min, the lag finding with 5 seeds 38 min; every "
+                    "finding ('--seeds 5 reuse=8 multistage=3 truncation_mask=3') 4 h 7 min, at 3 seeds 2 h 42 min")
     ap.add_argument("--world", choices=("tiny", "reasoning", "routes", "slips"), default=None,
                     help="run every finding in this world (default: each finding's own)")
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
