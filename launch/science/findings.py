@@ -151,7 +151,7 @@ FINDINGS: tuple[Finding, ...] = (
             ("reuse 4, fixed 1e-2", ("fixed", "--learner.entropy.coef", "0.01")))),
         entropy_control_checks("reuse 4, adaptive", "reuse 4, none", "reuse 4, fixed 1e-2"),
         notes="Every arm is reuse-4 (16 updates per rollout batch) in the slips world, whose entropy falls "
-              "below the 0.2 target between steps 16 and 30; only the entropy rule differs. At least 40 steps, "
+              "below the 0.2 target between steps 16 and 31; only the entropy rule differs. At least 40 steps, "
               "so the control acts for the last 10-24. The adaptive arm steps its coefficient by the released "
               "scripts' delta 1e-4; the report's text says 5e-3, a pair the paper does not compare, so it is "
               "not an arm here (5 seeds of a 40-step reuse-4 arm cost 25 min): --override "
