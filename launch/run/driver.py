@@ -154,7 +154,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     print(f"[driver] run {cfg.run_id} in {run_path}; redis {url.split('@')[-1]}; "
           f"ray {ray.get_runtime_context().gcs_address}", flush=True)
 
-    clock.mark("redis")
+    clock.mark("layout, model, redis")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     renderer = PromptRenderer(tokenizer, cfg.data.chat_template, template)
     result = RunResult(cfg.run_id, run_path, url)

@@ -78,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from launch.science.report import dose_response_png, evaluate, figure_png, write_csv, write_html
     from launch.science.runner import one_run_per_config, read_rows, run_all, spec_for
-    from launch.science.verdict import power_target
 
     chosen = list(FINDINGS) if args.findings == ["all"] else [finding(k) for k in args.findings]
     default_seeds, per_finding = parse_seeds(args.seeds, [f.key for f in FINDINGS])
@@ -131,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                       dose_figures=dose_figures)
     table = write_csv(results, args.out / "report.csv")
     for r in results:
-        print(f"[verdict] {r.finding.key}: {r.claim}: {r.verdict.line(power_target(r.statistic))}")
+        print(f"[verdict] {r.finding.key}: {r.claim}: {r.line()}")
     print(f"[science] report {html}\n[science] csv {table}\n[science] {time.monotonic() - t0:.0f} s", flush=True)
     return 0
 

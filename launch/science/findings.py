@@ -89,6 +89,7 @@ LAG_DOSES = (0, 1, 2, 4, 8)
 LAG_ARMS = tuple(Arm(f"lag {k}", f"fixedlag_{k}", skip_steps=max(LAG_DOSES)) for k in LAG_DOSES)
 ONPOLICY = Arm("on-policy (1, D, D)", "reuse1_dr64_dt64")
 REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")
+REUSE4_SYMMETRIC = Arm("reuse 4, eps_high 0.2", REUSE4.preset, ("--learner.entropy.type", "adaptive"))
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
@@ -163,9 +164,8 @@ FINDINGS: tuple[Finding, ...] = (
         "clip_higher_reuse", "Clip-higher where the clip binds: under reuse-4",
         "DAPO §3.1 (clip-higher); Skywork-OR1 §4", "slips",
         # the symmetric arm is entropy_control_reuse's adaptive arm, the same overrides: one set of runs
-        (Arm("reuse 4, eps_high 0.2", REUSE4.preset, ("--learner.entropy.type", "adaptive")),
-         Arm("reuse 4, eps_high 0.28", REUSE4.preset, ("--learner.entropy.type", "adaptive",
-                                                        "--learner.loss.eps_high", "0.28"))),
+        (REUSE4_SYMMETRIC, Arm("reuse 4, eps_high 0.28", REUSE4.preset,
+                               (*REUSE4_SYMMETRIC.overrides, "--learner.loss.eps_high", "0.28"))),
         (Check("under reuse-4 eps_high 0.28 keeps more entropy than 0.2", "entropy_ratio",
                "reuse 4, eps_high 0.2", "reuse 4, eps_high 0.28", "higher",
                "higher: with eps_high 0.2 entropy falls fast; 0.28 keeps it up (DAPO Figure 2, trained with "

@@ -39,6 +39,10 @@ class CheckResult:
     paper: str
     verdict: Verdict
 
+    def line(self) -> str:
+        """The verdict's line, with a seed estimate where ± 0.05 is a target for this statistic."""
+        return self.verdict.line(power_target(self.statistic))
+
 
 def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) -> list[CheckResult]:
     """Verdicts of one finding; ``rows_by_arm[arm]`` = one rows list per seed, in seed order, None
@@ -172,8 +176,7 @@ def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path
         f"<td><b>{r.verdict.verdict}</b></td></tr>" for r in results)
     sections = []
     for f in {r.finding.key: r.finding for r in results}.values():
-        checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, "
-                         f"{esc(r.verdict.line(power_target(r.statistic)))}</li>"
+        checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, {esc(r.line())}</li>"
                          for r in results if r.finding.key == f.key)
         arms = "".join(f"<li><code>{esc(a.name)}</code>: preset <code>{esc(a.preset)}</code> "
                        f"{esc(' '.join((*f.overrides, *a.overrides)))}</li>" for a in f.arms)
