@@ -3,6 +3,10 @@
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/step_path.py
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/step_path.py --steps 20 --modes on --json out.json
 
+On one GPU, shared by the actor and the learner rank as the smoke's run shares it (``launch.smoke``):
+``--modes on --actors.dtype bfloat16 --actors.num_gpus 0.5 --actors.gpu_memory_utilization 0.25
+--learner.device cuda --learner.dtype bf16 --learner.gpus_per_rank 0.5``.
+
 Runs each preset with ``--tiny`` (D_R 32 prompts x 16 responses, one actor, one learner rank, no
 evaluation beyond the minimum) in this process, one after the other, sharing one local Ray:
 
@@ -40,7 +44,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MODES = {"on": "onpolicy", "off": "cliphigh_0.2"}
-SEGMENTS = ("publish", "load", "issue", "take", "start", "generate", "score", "write", "read", "train")
 EFFICIENCY_TARGET, STALE_TARGET = 0.8, 0.01
 
 
@@ -99,9 +102,10 @@ def median(values: list[float]) -> float:
 
 def summarize(rows: list[dict], bare_s: dict[int, float], group_size: int, skip: int) -> dict:
     """Median hop shares, generation phase and efficiency over the steady steps; stale waste over all."""
+    from learner.step_path import hop_shares
+
     steady = [r for r in rows if int(r["step"]) >= skip and float(r.get("path/trained", 0.0)) > 0]
-    shares = {seg: median([float(r.get(f"path/seg/{seg}", 0.0)) / float(r["path/trained"]) for r in steady])
-              for seg in SEGMENTS}
+    shares = hop_shares(steady)
     efficiency = [bare_s[int(r["step"])] / float(r["path/gen_phase"]) for r in steady
                   if int(r["step"]) in bare_s and float(r["path/gen_phase"]) > 0]
     read = sum(float(r.get("groups/read", 0)) for r in rows) * group_size
@@ -160,8 +164,9 @@ def main() -> None:
     model_dir = world_data(first.world, first.data)[0]
     cfg = first.actors
     env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib), "TOKENIZERS_PARALLELISM": "false"}
-    bare = ray.remote(BareEngine).options(num_cpus=cfg.num_cpus, runtime_env={"env_vars": env}) \
-        .remote(cfg, model_dir, first.group_size)
+    # the share of the machine the run's actor had (its GPU too: a Ray actor asking for none sees no GPU)
+    bare = ray.remote(BareEngine).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus * cfg.tensor_parallel_size,
+                                          runtime_env={"env_vars": env}).remote(cfg, model_dir, first.group_size)
     out = {}
     for mode in args.modes:
         c, rc = captured[mode], cfgs[mode]

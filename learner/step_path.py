@@ -26,6 +26,7 @@ issued ahead of the version under a lag, or groups generated during an earlier s
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from buffer.keys import entry_time
@@ -84,3 +85,13 @@ def path_metrics(t: StepTimes) -> dict[str, float]:
     out["path/groups"] = float(len(t.groups))
     out["path/tokens"] = float(sum(g.get("tokens", 0.0) for g in t.groups))
     return out
+
+
+def hop_shares(rows: list[dict]) -> dict[str, float]:
+    """Each segment's median share of the step's critical path (``path/seg/<hop>`` / ``path/trained``)
+    over the metrics rows that have a trace."""
+    traced = [r for r in rows if float(r.get("path/trained", 0.0)) > 0]
+    if not traced:
+        return {}
+    return {seg: statistics.median(float(r.get(f"path/seg/{seg}", 0.0)) / float(r["path/trained"]) for r in traced)
+            for seg, _ in CHAIN}

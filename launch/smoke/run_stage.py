@@ -3,7 +3,10 @@ actors with vLLM, the Redis buffer, math-verify rewards, a DeepSpeed learner ran
 
 Checks: every step trained, every trained token at lag 0; reports the mismatch KL between the engine's and
 the learner's log-probs of the same tokens (``mismatch/start_kl_k3``: the step's first update, before the
-learner moves; bf16 on GPU, where it is the number every off-policy study needs, fp32 on CPU) and steps/s.
+learner moves; bf16 on GPU, where it is the number every off-policy study needs, fp32 on CPU), steps/s,
+and where a step's time goes: each hop's median share of the critical path after the first step
+(``learner.step_path.hop_shares``; on a GPU the loop's own hops are what is left once generation and
+training are fast).
 The run's own console (a line per step, its summary) goes to ``run.log`` in the work directory.
 """
 
@@ -23,6 +26,7 @@ KL_KEY = "mismatch/start_kl_k3"
 
 def run_stage(ctx: Context) -> dict:
     from launch.run.driver import run
+    from learner.step_path import hop_shares
 
     cfg = ctx.run_config()
     ctx.close_engine()               # the run's actor needs the device's memory
@@ -45,14 +49,17 @@ def run_stage(ctx: Context) -> dict:
     dtype = cfg.actors.dtype if cfg.actors.dtype != "auto" else ctx.engine_dtype
     learner_dtype = cfg.learner.dtype if cfg.learner.dtype != "auto" else ("bf16" if ctx.cuda else "fp32")
     kl_mean = statistics.fmean(kls)
+    shares = hop_shares(metrics[1:])            # the first step also waits for the engine's warm-up
+    path = ", ".join(f"{hop} {share:.0%}" for hop, share in shares.items() if share >= 0.005)
     return {"line": f"{len(metrics)} steps, lag/max 0 on every step; mismatch KL (k3, engine {dtype} vs "
                     f"learner {learner_dtype}) mean {kl_mean:.3g}, max {max(kls):.3g}; "
                     f"{len(metrics) / sum(step_s):.2f} steps/s "
                     f"({statistics.median(step_s):.2f} s a step), wall {wall:.0f} s with start-up; "
-                    f"held-out avg@{cfg.data.eval_n} {evals}",
+                    f"held-out avg@{cfg.data.eval_n} {evals}; a step's critical path: {path or 'not traced'}",
             "steps": len(metrics), "lag_max": lags, "mismatch_kl_k3": kls, "mismatch_kl_k3_mean": kl_mean,
             "mismatch_kl_k1": [m.get("mismatch/start_kl_k1") for m in metrics], "engine_dtype": dtype,
             "learner_dtype": learner_dtype, "steps_per_s": len(metrics) / sum(step_s),
-            "step_s": step_s, "wall_s": round(wall, 1), "evals": evals,
+            "step_s": step_s, "path_shares": shares,
+            "path_s": [m.get("path/trained") for m in metrics], "wall_s": round(wall, 1), "evals": evals,
             "weight_sync_s": [m.get("time/weight_sync") for m in metrics],
             "weight_transport": cfg.actors.weight_transport, "run_path": str(result.run_path)}

@@ -29,8 +29,3 @@ def test_summary_of_steady_steps():
     # stale over every step (warm-up included): 6 of 4 x 10 x 4 responses read
     assert (s["stale_responses"], s["responses_read"]) == (6, 160) and s["stale_waste"] == pytest.approx(6 / 160)
 
-
-def test_segments_match_the_learners_chain():
-    from learner.step_path import CHAIN
-
-    assert sp.SEGMENTS == tuple(name for name, _ in CHAIN)

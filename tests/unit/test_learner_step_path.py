@@ -9,7 +9,7 @@ import pytest
 from buffer.codec import decode_group, encode_group
 from buffer.keys import entry_time
 from buffer.messages import InvalidMessage
-from learner.step_path import CHAIN, StepTimes, group_hops, path_metrics
+from learner.step_path import CHAIN, StepTimes, group_hops, hop_shares, path_metrics
 from tests.samples import make_group
 
 # two groups of one step (unix seconds); the version's publish started at 100.0 and landed at 100.5
@@ -71,3 +71,16 @@ def test_a_bad_trace_is_rejected_with_a_reason(trace):
     with pytest.raises(InvalidMessage) as err:
         decode_group(encode_group(g))
     assert err.value.reason == "bad_field"
+
+
+def test_hop_shares_are_medians_of_each_segment_over_the_path():
+    rows = [{"path/trained": 2.0, "path/seg/generate": 1.0, "path/seg/train": 1.0},
+            {"path/trained": 4.0, "path/seg/generate": 3.0, "path/seg/train": 1.0},
+            {"path/trained": 1.0, "path/seg/generate": 0.8, "path/seg/train": 0.2},
+            {"step": 9}]                                        # no trace: left out
+    shares = hop_shares(rows)
+    assert list(shares) == [name for name, _ in CHAIN]
+    assert shares["generate"] == pytest.approx(0.75)            # median of 0.5, 0.75, 0.8
+    assert shares["train"] == pytest.approx(0.25)               # median of 0.5, 0.25, 0.2
+    assert shares["publish"] == 0.0
+    assert hop_shares([{"step": 0}]) == {}
