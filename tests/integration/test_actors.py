@@ -18,7 +18,7 @@ import torch
 from actors.config import ActorConfig
 from actors.factory import create_generation_actors, fan_out, start_loops
 from actors.transport.object_store import RayObjectStoreTransport
-from buffer import RunBuffer
+from buffer import PromptMsg, RunBuffer
 from buffer.config import BufferConfig
 from tests.integration.actor_io import arith_prompts, collect_groups
 
@@ -35,7 +35,7 @@ def hf_model(tiny_world):
 
 
 def _cfg(**kw) -> ActorConfig:
-    base = dict(num_actors=1, max_model_len=128, max_prompts_in_flight=8,
+    base = dict(num_actors=1, max_model_len=256, max_prompts_in_flight=8,
                 heartbeat_s=0.5, idle_poll_ms=100, num_cpus=1)
     return ActorConfig(**{**base, **kw})
 
@@ -164,6 +164,36 @@ def test_tied_lm_head_follows_the_new_embedding(actor_run, redis_url, tok, hf_mo
         _assert_logprobs_match(updated, g)                    # input embedding and output head both new
         with pytest.raises(AssertionError):
             _assert_logprobs_match(hf_model, g)
+
+
+def test_a_repeated_long_prompt_gets_no_kv_of_the_old_weights(actor_run, redis_url, tok, tiny_world):
+    """vLLM keeps a prompt's full KV blocks (128 tokens on CPU) for the next request with the same
+    tokens. After a weight update the same 167-token prompt must be computed by the new weights: KV
+    of its first block from the old ones would move every log-prob of the response."""
+    from transformers import AutoModelForCausalLM
+
+    run_id, actor, transport = actor_run
+    buf = _buffer(redis_url, run_id)
+    current, _ = buf.get_version()
+    text = "Q: " + " ".join(f"{a}+{a + 1}" for a in range(30)) + "\nA: "
+    ids = np.array(tok(text)["input_ids"], dtype=np.int32)
+    assert len(ids) > 128
+
+    def ask(tag: str, version: int):
+        buf.put_prompts([PromptMsg(prompt_id=f"{run_id}-{tag}", data_source="tiny_arith", prompt_ids=ids,
+                                   answer="1", n_samples=4, max_tokens=8, step=version, min_version=version)])
+        [group] = collect_groups(buf, 1)
+        assert all(r.version_start == version for r in group.responses)
+        return group
+
+    ask("long-old", current)                                     # its prompt blocks are cached now
+    updated = AutoModelForCausalLM.from_pretrained(tiny_world.model_dir).eval()
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for p in updated.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    buf.publish_version(current + 1, transport.publish(updated.named_parameters(), version=current + 1))
+    _assert_logprobs_match(updated, ask("long-new", current + 1))
 
 
 def test_on_policy_admission_waits_for_the_version(actor_run, redis_url, tok, hf_model):
