@@ -120,7 +120,10 @@ class GenerationActorImpl:
         self._in_flight: dict[str, _InFlight] = {}
         self._held: list[_Held] = []           # taken, waiting for their version (oldest first)
         self._scoring: list[_Scoring] = []
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"{actor_id}-reward")
+        # one scoring call in flight per reward worker (a burst of groups finishing together is
+        # scored at the pool's width, not 4 at a time: 16 workers on a 16-core GPU host)
+        threads = max(4, getattr(reward_scorer, "parallelism", 0))
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{actor_id}-reward")
         self.stats = _Stats()
         self._last_beat = 0.0
         self._last_version_check = 0.0

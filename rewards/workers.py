@@ -92,6 +92,11 @@ class RewardPool:
         self.workers = [ray.get_actor(name) for name in self.names]
         self._init_bookkeeping()
 
+    @property
+    def parallelism(self) -> int:
+        """Groups the pool scores at once: a caller keeps this many in flight to use every worker."""
+        return len(self.names)
+
     def submit(self, request: ScoreRequest) -> ray.ObjectRef:
         """Non-blocking: an ObjectRef to list[RewardResult], on the least-loaded worker."""
         with self._lock:

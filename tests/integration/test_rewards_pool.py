@@ -58,3 +58,5 @@ def test_pool_is_usable_from_another_actor(pool):
 
     results = ray.get(call_from_elsewhere.remote(copy))
     assert [r.reward for r in results] == [1.0, 0.0]
+    # a generation actor keeps one scoring call in flight per worker: the copy it gets knows the width
+    assert copy.parallelism == pool.parallelism == len(pool.workers) == 2
