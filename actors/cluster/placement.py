@@ -120,8 +120,10 @@ def wait_started(refs: dict[str, Any], what: Callable[[list[str]], str], *, warn
             pending.pop(name)
         if pending and time.monotonic() - last >= warn_every_s:
             last = time.monotonic()
-            log(f"[placement] {sorted(pending)} not started after {last - started:.0f}s: {what(sorted(pending))}; "
-                f"cluster: {free_resources_line()}")
+            # Ray does not tell a process still in its constructor (an engine loading) from one waiting
+            # for resources: the free resources say which it can be
+            log(f"[placement] {sorted(pending)} not ready after {last - started:.0f}s (still "
+                f"starting, or waiting for resources: {what(sorted(pending))}); cluster: {free_resources_line()}")
     return results
 
 
