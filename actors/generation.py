@@ -91,6 +91,7 @@ class GenerationActorImpl:
         from actors.engine import build_llm
         from actors.transport import transport_for
         from buffer import RunBuffer
+        from actors.cluster.heap import freeze_startup_heap
         from actors.cluster.model_source import resolve_model_dir
         from actors.cluster.priority import warn_if_niced
 
@@ -133,6 +134,7 @@ class GenerationActorImpl:
         self.versions = self.buffer.watch_version()
         self.transport.attach(actor_id, self.llm, keepalive=self._heartbeat)
         self.sync_weights(force=True)  # a restarted actor rejoins at the current version
+        freeze_startup_heap()          # no full collection walks the engine and libraries mid-step
 
     # ---- control (called from other threads: the Ray actor runs with max_concurrency > 1)
     def stop(self) -> None:

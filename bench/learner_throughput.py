@@ -44,6 +44,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--entropy-coef", type=float, default=1e-3, help="alpha > 0 also backprops the entropy")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
+    ap.add_argument("--no-freeze", action="store_true", help="leave the start-up heap to full garbage collections "
+                    "(what the learner rank did before actors.cluster.heap)")
     return ap.parse_args()
 
 
@@ -114,6 +116,9 @@ def main() -> None:
         return time.perf_counter() - t
 
     step_ours(), step_bare()                          # warm-up: allocator, optimizer state
+    from actors.cluster.heap import freeze_startup_heap
+    if not args.no_freeze:
+        freeze_startup_heap()                         # as a learner rank does once its engine is built
     n_params = sum(p.numel() for p in ours.engine.module.parameters())
     print(f"model {n_params / 1e6:.2f}M params, vocab {vocab}, {len(rows)} rows, {tokens} loss tokens/update, "
           f"{len(mbs)} micro-batches, threads {torch.get_num_threads()}, device {args.device}", flush=True)

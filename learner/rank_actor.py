@@ -55,6 +55,7 @@ class LearnerRank:
 
     def setup(self, cfg: LearnerConfig, model_dir, group_size: int, seed: int, addr: str, port: int,
               device: str, local_rank: int) -> dict[str, Any]:
+        from actors.cluster.heap import freeze_startup_heap
         from actors.cluster.model_source import resolve_model_dir
         from actors.cluster.priority import warn_if_niced
 
@@ -83,6 +84,7 @@ class LearnerRank:
 
         self.engine = RankEngine(cfg, model_dir, self.rank, self.world, device, group_size, seed)
         self._setup, self.device = (model_dir, group_size, device), device
+        freeze_startup_heap()          # no full collection walks the model and libraries mid-update
         return {"rank": self.rank, "version": self.engine.version, "threads": torch.get_num_threads(),
                 "ds_config": self.engine.ds_config, "optimizer": self.engine.optimizer_name,
                 "optimizer_label": optimizer_label(self.engine.optimizer_name, device)}
