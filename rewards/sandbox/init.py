@@ -211,11 +211,14 @@ def _read_record(path: str, cap: int, nonce: str, budget: "_ValueBudget") -> dic
     # program can write a record of any shape. Only the harness's shapes pass: an error that is not a
     # string, or a value nested deeper than the harness ever sends, made the reward worker raise (its
     # report parser's recursion limit; `error.startswith`), and the whole group was dropped unjudged.
+    forged = {"status": "invalid", "error": "the result record is not one the harness writes (the program wrote it)"}
     if (record.get("status") not in _STATUSES or type(record.get("error", "")) is not str
-            or not _nested_at_most(record.get("value"), MAX_VALUE_DEPTH) or set(record) - {"status", "error", "value"}):
-        return {"status": "invalid", "error": "the result record is not one the harness writes (the program "
-                "wrote it)"}
-    if not budget.take(record.get("value")):
+            or set(record) - {"status", "error", "value"}):
+        return forged
+    refused = budget.take(record.get("value"), MAX_VALUE_DEPTH)
+    if refused == "deep":
+        return forged
+    if refused == "many":
         return {"status": "invalid", "error": f"the return values of this response's tests hold more than "
                 f"{budget.limit} values together (lists, dicts and scalars): each becomes an object in the reward "
                 "worker, ~20x its bytes in the report"}
@@ -238,30 +241,22 @@ class _ValueBudget:
     def __init__(self, limit: int = MAX_REPORT_VALUES):
         self.limit = self.left = limit
 
-    def take(self, value) -> bool:
-        """Charge `value`'s count to the budget; False (nothing charged) if it holds more than is left."""
-        count, stack = 0, [value]
+    def take(self, value, max_depth: int) -> str | None:
+        """Charge `value`'s count to the budget in one walk (iterative: the depth is the program's). None:
+        charged; "deep": lists/objects nested over `max_depth`; "many": more values than are left (for
+        both, nothing is charged)."""
+        count, stack = 0, [(value, 0)]
         while stack:
-            x = stack.pop()
+            x, depth = stack.pop()
             count += 1
             if count > self.left:
-                return False
+                return "many"
             if type(x) in (list, dict):
-                stack.extend(x.values() if type(x) is dict else x)
+                if depth >= max_depth:
+                    return "deep"
+                stack.extend((v, depth + 1) for v in (x.values() if type(x) is dict else x))
         self.left -= count
-        return True
-
-
-def _nested_at_most(value, limit: int) -> bool:
-    """Is `value` (parsed JSON) at most `limit` lists/objects deep? Iterative: the depth is the program's."""
-    stack = [(value, 0)]
-    while stack:
-        x, depth = stack.pop()
-        if type(x) in (list, dict):
-            if depth >= limit:
-                return False
-            stack.extend((v, depth + 1) for v in (x.values() if type(x) is dict else x))
-    return True
+        return None
 
 
 def _watch(pid: int, deadline: float, mem_limit: int, max_procs: int, judge: int | None, unseen) -> tuple[str, int]:

@@ -568,6 +568,15 @@ def test_result_record_errors(tmp_path, content, message):
         assert record["status"] == "invalid" and message in record["error"], record
 
 
+def test_value_budget_counts_and_bounds_depth_in_one_walk():
+    init = _load_init()
+    budget = init._ValueBudget(limit=10)
+    assert budget.take({"a": [1, 2], "b": 3}, 4) is None and budget.left == 10 - 5     # dict, list, 1, 2, 3
+    assert budget.take([[[1]]], 2) == "deep" and budget.left == 5                      # nothing charged
+    assert budget.take(list(range(5)), 4) == "many" and budget.left == 5               # 6 values > 5 left
+    assert budget.take([[1]], 2) is None and budget.left == 2                          # depth 2 is allowed
+
+
 def _load_init():
     import importlib.util
 
