@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 from actors.config import ActorConfig
 
@@ -71,7 +72,60 @@ def build_llm(cfg: ActorConfig, model_dir: str, seed: int, max_num_seqs: int, **
         disable_log_stats=True,
     )
     kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization if _on_gpu(cfg) else cfg.cpu_memory_utilization
-    return LLM(**kwargs, **extra)
+    cap = kv_cache_cap_bytes(cfg, model_dir, max_num_seqs, dtype, _gpu_total_bytes()) if _on_gpu(cfg) else None
+    if cap is None or "kv_cache_memory_bytes" in extra:
+        return LLM(**kwargs, **extra)
+    try:
+        return LLM(**kwargs, kv_cache_memory_bytes=cap, **extra)
+    except TypeError as exc:        # a vLLM without the setting: its memory share sizes the cache
+        if "kv_cache_memory_bytes" not in str(exc):
+            raise
+        return LLM(**kwargs, **extra)
+
+
+# Model types whose KV cache per token is a K and a V vector of every layer (all layers attention, no
+# latent or recurrent state), so that its size can be computed from the config alone.
+PLAIN_KV_MODEL_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral"})
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+def kv_cache_cap_bytes(cfg: ActorConfig, model_dir: str, max_num_seqs: int, dtype: str,
+                       gpu_total_bytes: int | None) -> int | None:
+    """The KV cache a GPU engine can ever fill: ``max_num_seqs`` sequences at ``max_model_len`` (rounded up
+    to 128 tokens, plus 128), when that is under a quarter of the engine's share of the GPU; else None
+    (vLLM sizes the cache by the share). vLLM builds one Python object per KV block at start-up (0.12 ms
+    a block on the 2-core CPU), and a small model's share of a GPU holds millions: the tiny model's
+    quarter of an H100 ~1.2M blocks, for 8K it can use (its engine took 146 s to start in a run there).
+    Every sequence the scheduler may run fits, so nothing is preempted that the full share would keep."""
+    import json
+    import math
+
+    try:
+        hf = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if hf.get("model_type") not in PLAIN_KV_MODEL_TYPES or dtype not in DTYPE_BYTES or not gpu_total_bytes:
+        return None
+    heads = hf.get("num_attention_heads")
+    kv_heads = hf.get("num_key_value_heads") or heads
+    head_dim = hf.get("head_dim") or (hf.get("hidden_size", 0) // heads if heads else 0)
+    layers = hf.get("num_hidden_layers")
+    if not (kv_heads and head_dim and layers):
+        return None
+    per_token = 2 * layers * kv_heads * head_dim * DTYPE_BYTES[dtype]
+    tokens = max_num_seqs * (math.ceil(cfg.max_model_len / 128) + 1) * 128
+    cap = tokens * per_token
+    return cap if cap < gpu_total_bytes * cfg.gpu_memory_utilization / 4 else None
+
+
+def _gpu_total_bytes() -> int | None:
+    """This process's GPU's memory, from vLLM's platform (NVML: no CUDA context made here)."""
+    try:
+        from vllm.platforms import current_platform
+
+        return int(current_platform.get_device_total_memory(0))
+    except Exception:
+        return None
 
 
 def engine_pids(pid: int | None = None) -> list[int]:
