@@ -95,8 +95,9 @@ def kv_cache_cap_bytes(cfg: ActorConfig, model_dir: str, max_num_seqs: int, dtyp
     to 128 tokens, plus 128), when that is under a quarter of the engine's share of the GPU; else None
     (vLLM sizes the cache by the share). vLLM builds one Python object per KV block at start-up (0.12 ms
     a block on the 2-core CPU), and a small model's share of a GPU holds millions: the tiny model's
-    quarter of an H100 ~1.2M blocks, for 8K it can use (its engine took 146 s to start in a run there).
-    Every sequence the scheduler may run fits, so nothing is preempted that the full share would keep."""
+    quarter of an H100 ~1.2M blocks, where 16K hold every sequence (its engine took 146 s to start in a
+    run there). Every sequence the scheduler may run fits, so nothing is preempted that the full share
+    would keep."""
     import json
     import math
 
