@@ -51,15 +51,18 @@ def run_stage(ctx: Context) -> dict:
     kl_mean = statistics.fmean(kls)
     shares = hop_shares(metrics[1:])            # the first step also waits for the engine's warm-up
     path = ", ".join(f"{hop} {share:.0%}" for hop, share in shares.items() if share >= 0.005)
+    # the engine's start is most of it on a GPU (a cache of millions of KV blocks took 146 s)
+    startup = ", ".join(f"{phase} {s:.0f} s" for phase, s in result.startup.items() if s >= 0.5)
     return {"line": f"{len(metrics)} steps, lag/max 0 on every step; mismatch KL (k3, engine {dtype} vs "
                     f"learner {learner_dtype}) mean {kl_mean:.3g}, max {max(kls):.3g}; "
                     f"{len(metrics) / sum(step_s):.2f} steps/s "
                     f"({statistics.median(step_s):.2f} s a step), wall {wall:.0f} s with start-up; "
-                    f"held-out avg@{cfg.data.eval_n} {evals}; a step's critical path: {path or 'not traced'}",
+                    f"held-out avg@{cfg.data.eval_n} {evals}; a step's critical path: {path or 'not traced'}; "
+                    f"started in {sum(result.startup.values()):.0f} s ({startup})",
             "steps": len(metrics), "lag_max": lags, "mismatch_kl_k3": kls, "mismatch_kl_k3_mean": kl_mean,
             "mismatch_kl_k1": [m.get("mismatch/start_kl_k1") for m in metrics], "engine_dtype": dtype,
             "learner_dtype": learner_dtype, "steps_per_s": len(metrics) / sum(step_s),
-            "step_s": step_s, "path_shares": shares,
+            "step_s": step_s, "path_shares": shares, "startup_s": result.startup,
             "path_s": [m.get("path/trained") for m in metrics], "wall_s": round(wall, 1), "evals": evals,
             "weight_sync_s": [m.get("time/weight_sync") for m in metrics],
             "weight_transport": cfg.actors.weight_transport, "run_path": str(result.run_path)}
