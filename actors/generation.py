@@ -112,6 +112,7 @@ class GenerationActorImpl:
                              max_num_seqs=max(cfg.max_prompts_in_flight * group_size, 16),
                              **self.transport.llm_kwargs())
         self.engine = self.llm.llm_engine
+        self._tokenizer = self.llm.get_tokenizer()    # scoring threads decode the responses (_score)
         # vLLM's engine client is not thread-safe (with the engine core out of process it is a ZMQ
         # socket): the loop thread and control calls (weights_checksum) take turns
         self._engine_lock = threading.RLock()
@@ -400,9 +401,12 @@ class GenerationActorImpl:
         from vllm.sampling_params import RequestOutputKind
 
         # FINAL_ONLY: one output per prompt once all n samples finished (as LLM.generate does).
+        # detokenize=False: vLLM would decode every sampled token as it comes, twice (the text and each
+        # log-prob's token), on the engine loop's thread; a scoring thread decodes each response once
+        # (_score). No stop strings are used, so nothing needs the text while generating.
         params = SamplingParams(n=prompt.n_samples, temperature=prompt.temperature,
                                 top_p=self.cfg.top_p, max_tokens=prompt.max_tokens, logprobs=0,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+                                output_kind=RequestOutputKind.FINAL_ONLY, detokenize=False)
         request_id = f"{prompt.prompt_id}@{self.actor_id}"
         with self._engine_lock:
             self.engine.add_request(request_id, {"prompt_token_ids": prompt.prompt_ids.tolist(),
@@ -427,12 +431,13 @@ class GenerationActorImpl:
                       step=p.step, stage=p.stage, max_tokens=p.max_tokens, prompt_ids=p.prompt_ids, answer=p.answer,
                       responses=responses, actor_id=self.actor_id, created_at=job.taken_at,
                       finished_at=now, trace={**job.trace, "generated": now})
-        texts = [c.text for c in out.outputs]
-        future = self._pool.submit(self._score, texts, p.answer, p.data_source)
+        future = self._pool.submit(self._score, [r.token_ids for r in responses], p.answer, p.data_source)
         self._scoring.append(_Scoring(job.buffer, job.entry_id, group, future))
 
-    def _score(self, texts: list[str], answer: str, data_source: str) -> tuple[list, float]:
-        """(one result per text, the unix time the results came back)."""
+    def _score(self, token_ids: list[np.ndarray], answer: str, data_source: str) -> tuple[list, float]:
+        """(one result per response, the unix time the results came back). The text scored is what
+        vLLM's detokenizer gives for those tokens (special tokens skipped; equal on 3200 tiny samples)."""
+        texts = self._tokenizer.batch_decode([ids.tolist() for ids in token_ids], skip_special_tokens=True)
         if self.scorer is None:   # in-process scoring (tests, single-process tools)
             from rewards.scoring import score_group
             results = score_group(texts, answer, data_source)

@@ -14,7 +14,10 @@ temperature 1, top_p 1, ``max_tokens``, ``logprobs=0`` (the sampled token's log-
   ``put_prompts`` until the last group is read, so it includes everything the actor adds to the
   engine: admission from Redis, step-wise engine driving, log-prob extraction, reward scoring
   (in-process, as in tests/integration/test_actors.py), encoding and the group write + prompt
-  ACK, heartbeats. Tokens = response lengths of the groups read back.
+  ACK, heartbeats. Tokens = response lengths of the groups read back. Both sides end with each
+  response's text: the actor asks vLLM for no detokenization and decodes each response once in a
+  scoring thread (the "none" scorer too), where ``LLM.generate`` decodes every sampled token as it
+  comes, for the text and for each log-prob's token (its default).
 * bare: a plain Ray actor holding a ``vllm.LLM`` made by the same ``actors.engine.build_llm``
   with the same ``ActorConfig`` (hence identical engine settings: in-process engine core
   ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``VLLM_CPU_KVCACHE_SPACE``, enforce_eager, dtype,

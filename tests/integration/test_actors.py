@@ -20,6 +20,7 @@ from actors.factory import create_generation_actors, fan_out, start_loops
 from actors.transport.object_store import RayObjectStoreTransport
 from buffer import PromptMsg, RunBuffer
 from buffer.config import BufferConfig
+from rewards.scoring import score_group
 from tests.integration.actor_io import arith_prompts, collect_groups
 
 pytestmark = pytest.mark.integration
@@ -89,6 +90,10 @@ def test_prompts_in_groups_out_with_behaviour_logprobs(actor_run, redis_url, tok
             assert r.truncated == (r.finish_reason == "length")
             assert r.version_start == r.version_end == 0
             assert r.reward in (0.0, 1.0) and r.reward_info["reason"]
+        # the reward is the verdict on exactly these tokens' text (the actor decodes them itself)
+        texts = [tok.decode(r.token_ids.tolist(), skip_special_tokens=True) for r in g.responses]
+        assert [(r.reward, r.reward_info["reason"]) for r in g.responses] == \
+            [(x.reward, x.reason) for x in score_group(texts, g.answer, g.data_source)]
         _assert_logprobs_match(hf_model, g)
     status = ray.get(actor.status.remote())
     assert status["prompts_done"] >= 3 and status["tokens_per_s"] > 0 and not status["last_error"]
