@@ -120,7 +120,7 @@ def kv_cache_cap_bytes(cfg: ActorConfig, model_dir: str, max_num_seqs: int, dtyp
 
 
 def _gpu_total_bytes() -> int | None:
-    """This process's GPU's memory, from vLLM's platform (NVML: no CUDA context made here)."""
+    """This process's GPU's memory, from vLLM's platform (through NVML where vLLM has it: no CUDA context)."""
     try:
         from vllm.platforms import current_platform
 
