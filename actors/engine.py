@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 import sys
@@ -98,9 +100,6 @@ def kv_cache_cap_bytes(cfg: ActorConfig, model_dir: str, max_num_seqs: int, dtyp
     quarter of an H100 ~1.2M blocks, where 16K hold every sequence (its engine took 146 s to start in a
     run there). Every sequence the scheduler may run fits, so nothing is preempted that the full share
     would keep."""
-    import json
-    import math
-
     try:
         hf = json.loads((Path(model_dir) / "config.json").read_text())
     except (OSError, ValueError):
