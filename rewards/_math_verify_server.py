@@ -10,6 +10,11 @@ before anything is imported): an answer that builds a huge number (2^{2^{34}}) f
 instead of growing until the kill. math-verify swallows most of those (the verdict is then "wrong");
 one that reaches us is a parse_error that names the limit.
 
+Parsed strings are kept (``ParseCache``): a run's answers repeat across groups and steps (tiny world:
+289 distinct boxes in 11K responses), and math-verify's parse (~0.5 ms a small integer, sympy) is
+most of a group's scoring; verify on parsed answers is ~0.05 ms. A parse that times out or fails
+with an exception is not kept, so it gets its budget again the next time.
+
 Protocol (newline-delimited JSON):
   -> {"ready": true}                                         once, after imports and a warm-up verify
   <- {"gold": str, "preds": [str, ...], "timeout": float, "group_timeout": float, "late_timeout": float}
@@ -19,6 +24,7 @@ Protocol (newline-delimited JSON):
 
 import ctypes
 import json
+from collections import OrderedDict
 import logging
 import os
 import re
@@ -28,6 +34,61 @@ import sys
 import time
 
 _DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox|\\begin\{(?:equation|align)")
+
+
+class ParseCache:
+    """math-verify's ``parse`` of a string, kept for the ``entries`` most recently used strings of at most
+    ``max_chars`` characters (longer ones, rare, are parsed each time). Callers get a fresh list: nothing
+    they do to it reaches the cache (the parsed objects are immutable sympy expressions and strings).
+
+    A short string can still parse to a big object (``2^{2^{25}}`` is a 4 MB integer), and a policy
+    could box thousands of those: while this process has grown past its size when the cache was made
+    by more than ``grow_bytes`` (or a quarter of what ``limit_bytes``, its RLIMIT_AS, leaves), nothing
+    is kept and what was is dropped, so the memory a verdict may need stays free (``vm_bytes``: this
+    process's address-space size, None where unknown: nothing is kept)."""
+
+    def __init__(self, parse, entries: int = 2048, max_chars: int = 256, grow_bytes: int = 256 << 20,
+                 limit_bytes: int = 0, vm_bytes=None):
+        self._parse, self.entries, self.max_chars = parse, entries, max_chars
+        self._vm_bytes = vm_bytes or _vm_bytes
+        base = self._vm_bytes()
+        if base is not None and limit_bytes > 0:
+            grow_bytes = min(grow_bytes, max(limit_bytes - base, 0) // 4)
+        self._cap = None if base is None else base + grow_bytes
+        self._kept: OrderedDict[str, tuple] = OrderedDict()
+        self.hits = self.misses = self.dropped = 0
+
+    def __call__(self, text: str) -> list:
+        kept = self._kept.get(text)
+        if kept is not None:
+            self._kept.move_to_end(text)
+            self.hits += 1
+            return list(kept)
+        self.misses += 1
+        parsed = self._parse(text, parsing_timeout=None)   # a timeout or an error propagates: nothing kept
+        if len(text) <= self.max_chars and self._room():
+            self._kept[text] = tuple(parsed)
+            if len(self._kept) > self.entries:
+                self._kept.popitem(last=False)
+        return parsed
+
+    def _room(self) -> bool:
+        size = self._vm_bytes()
+        if size is not None and self._cap is not None and size <= self._cap:
+            return True
+        if self._kept:
+            self._kept.clear()
+            self.dropped += 1
+        return False
+
+
+def _vm_bytes() -> int | None:
+    """This process's address-space size (what RLIMIT_AS bounds), from /proc; None where unreadable."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _SoftTimeout(BaseException):
@@ -65,7 +126,7 @@ def main() -> None:
     _extend_path()
     limit = _limit_memory()
     logging.disable(logging.CRITICAL)  # "timeout disabled" warnings: we handle timeouts ourselves.
-    from math_verify import parse, verify
+    from math_verify import parse as mv_parse, verify
 
     signal.signal(signal.SIGALRM, _alarm)
     # The protocol gets a private copy of fd 1; anything a library prints from now on goes to /dev/null
@@ -91,10 +152,11 @@ def main() -> None:
     # here, inside the start-up budget, so neither the first answer nor the first after a restart is
     # charged with it and read as a timeout
     try:
-        verify(parse("\\boxed{\\frac{1}{2}}", parsing_timeout=None), parse("0.5", parsing_timeout=None),
+        verify(mv_parse("\\boxed{\\frac{1}{2}}", parsing_timeout=None), mv_parse("0.5", parsing_timeout=None),
                timeout_seconds=None)
     except Exception:       # a warm-up only: the answers' own calls report what is wrong
         pass
+    parse = ParseCache(mv_parse, limit_bytes=limit)    # after the warm-up: the baseline of the memory kept
     send({"ready": True})
     for line in sys.stdin:
         req = json.loads(line)
@@ -109,7 +171,7 @@ def main() -> None:
             boxed = "\\boxed{" + gold + "}"
             golds = []
             for form in ((gold, boxed) if _DELIMITED.search(gold) else (boxed, gold)):
-                parsed = timed(lambda: parse(form, parsing_timeout=None), timeout)
+                parsed = timed(lambda: parse(form), timeout)
                 if parsed:
                     golds = [parsed]
                     break
@@ -139,9 +201,10 @@ def main() -> None:
 
 def _judge(parse, verify, golds, pred: str):
     """Verify the boxed answer against the parsed gold (Skywork-OR1; see main for which gold form).
-    math-verify falls back to the raw string when LaTeX does not parse (so text answers can still
-    match by string); a failed match on such a string-only parse is reported as parse_error."""
-    parsed = parse("\\boxed{" + pred + "}", parsing_timeout=None)
+    ``parse``: text -> math-verify's parse of it (a ParseCache). math-verify falls back to the raw
+    string when LaTeX does not parse (so text answers can still match by string); a failed match on
+    such a string-only parse is reported as parse_error."""
+    parsed = parse("\\boxed{" + pred + "}")
     if not parsed:
         return "parse_error", "math-verify found no expression in the box"
     for gold in golds:
