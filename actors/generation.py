@@ -35,7 +35,7 @@ from actors.config import ActorConfig
 from buffer.codec import encode_group
 from buffer.keys import entry_time
 from buffer.messages import Group, PromptMsg, Response
-from buffer.wake import stream_tails, wait_for_entries
+from buffer.wake import StreamWatch, stream_tails, wait_for_entries
 
 
 @dataclass
@@ -131,6 +131,10 @@ class GenerationActorImpl:
         self._last_version_check = 0.0
         self._last_version_read = time.monotonic()
         self._took_all = False                  # the last _admit filled its room (more prompts may wait)
+        # read a prompt stream only when it grew (or on the timer below): not twice per engine step
+        self.prompt_watch = StreamWatch(self.buffer.client, [self.eval_buffer.keys.prompts, self.buffer.keys.prompts])
+        self._full: set[str] = set()            # prompt streams whose last read filled its count
+        self._last_take = 0.0
         # the newest published version without a round trip, and a wake-up the moment one is published
         self.versions = self.buffer.watch_version()
         self.transport.attach(actor_id, self.llm, keepalive=self._heartbeat)
@@ -236,6 +240,7 @@ class GenerationActorImpl:
                 time.sleep(1.0)
         self._drain()
         self.versions.stop()
+        self.prompt_watch.stop()
         self._heartbeat(force=True)
         self._close_engine()
         return self.status()
@@ -266,7 +271,7 @@ class GenerationActorImpl:
         idle = not self._in_flight and not self._scoring
         # taken before the reads: a prompt or version that arrives after this wakes the wait below
         tails = self._work_tails() if idle else None
-        self._admit()
+        self._admit(idle)
         if self.engine.has_unfinished_requests():
             with self._engine_lock:
                 outputs = self.engine.step()
@@ -306,7 +311,8 @@ class GenerationActorImpl:
             return
         wait_for_entries(self.buffer.client, tails, 20 if due else self.cfg.idle_poll_ms)
 
-    def _admit(self) -> None:
+    def _admit(self, idle: bool = True) -> None:
+        """Take prompts while there is room; ``idle``: nothing runs or is scored (read every stream)."""
         self._start_held()
         busy = len(self._in_flight) + len(self._scoring)
         room = self.cfg.max_prompts_in_flight - busy - len(self._held)
@@ -318,10 +324,26 @@ class GenerationActorImpl:
         if room <= 0:
             return
         # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver). Never blocking:
-        # an idle actor waits for any new prompt or version afterwards (_wait_for_work).
-        taken = [(self.eval_buffer, e, p) for e, p in self.eval_buffer.take_prompts(self.actor_id, room, 0)]
-        taken += [(self.buffer, e, p) for e, p in self.buffer.take_prompts(self.actor_id, count=room - len(taken),
-                                                                             block_ms=0)]
+        # an idle actor waits for any new prompt or version afterwards (_wait_for_work). While generating,
+        # a stream is read when it grew, when its last read filled its count, and every TAKE_EVERY_S (the
+        # reclaim of a dead actor's prompts appends nothing; StreamWatch's docstring); an idle actor reads
+        # both each time it wakes (it may wake on an append before the watch has marked it)
+        now = time.monotonic()
+        read_all = idle or now - self._last_take >= TAKE_EVERY_S
+        if read_all:
+            self._last_take = now
+        taken = []
+        for buffer in (self.eval_buffer, self.buffer):
+            key, want = buffer.keys.prompts, room - len(taken)
+            if want <= 0:
+                break                  # before grew(), which clears the mark: the stream is read next time
+            if not (self.prompt_watch.grew(key) or key in self._full or read_all):
+                continue
+            got = buffer.take_prompts(self.actor_id, count=want, block_ms=0)
+            self._full.discard(key)
+            if len(got) >= want:
+                self._full.add(key)
+            taken += [(buffer, e, p) for e, p in got]
         taken_at = time.time()
         self._took_all = len(taken) >= room           # more may be queued: read again before waiting
         for buffer, entry_id, prompt in taken:
@@ -496,6 +518,9 @@ class GenerationActorImpl:
                         if j.buffer is buffer]
                 if held:
                     buffer.touch_prompts(self.actor_id, held)
+
+
+TAKE_EVERY_S = 0.2     # an actor reads its prompt streams at least this often, whether they grew or not
 
 
 def _cache_salt(version: int) -> str:

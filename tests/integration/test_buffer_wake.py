@@ -1,15 +1,17 @@
 """Waiting without polling (real redis-server): stream tails + XREAD wake a waiter at once, the version
-watch sees a publish without a read of its own, the learner's need wakes the feeder's signals stream."""
+watch sees a publish without a read of its own, the learner's need wakes the feeder's signals stream,
+the stream watch says which prompt stream grew."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from buffer import RunBuffer
-from buffer.wake import stream_tails, wait_for_entries
+from buffer.wake import StreamWatch, stream_tails, wait_for_entries
 
 pytestmark = pytest.mark.integration
 
@@ -55,5 +57,51 @@ def test_version_watch_follows_publishes_without_a_read(buf):
         while watch.latest()[0] != 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert watch.latest() == (3, "test://weights/3") and watch.error == ""
+    finally:
+        watch.stop()
+
+
+def _until(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_stream_watch_marks_the_stream_that_grew_once(buf):
+    from buffer.messages import PromptMsg
+
+    other = f"{buf.keys.prompts}:other"
+    watch = StreamWatch(buf.client, [buf.keys.prompts, other])
+    try:
+        assert watch.grew(buf.keys.prompts) and watch.grew(other)       # marked at the start: read once
+        assert not watch.grew(buf.keys.prompts) and not watch.grew(other)
+        time.sleep(0.2)
+        assert not watch.grew(buf.keys.prompts)                         # nothing appended, nothing marked
+        buf.put_prompts([PromptMsg(prompt_id="p0", data_source="t", prompt_ids=np.arange(3, dtype=np.int32), answer="1",
+                                  n_samples=2, max_tokens=4, step=0, min_version=0)])
+        assert _until(lambda: watch.grew(buf.keys.prompts))
+        assert not watch.grew(other) and not watch.grew(buf.keys.prompts)   # once per growth, that stream only
+        buf.client.xadd(other, {"x": "1"})
+        buf.client.xadd(other, {"x": "2"})
+        assert _until(lambda: watch.grew(other)) and watch.error == ""
+    finally:
+        watch.stop()
+
+
+def test_stream_watch_marks_every_stream_when_its_reads_fail(buf):
+    """A Redis error in the thread (here: the watched key becomes a hash, not a stream) marks them all:
+    the caller then reads each time, never too late."""
+    broken = f"{buf.keys.prompts}:not-a-stream"
+    watch = StreamWatch(buf.client, [broken], block_ms=100)     # its next XREAD meets the hash
+    try:
+        assert watch.grew(broken) and not watch.grew(broken)
+        buf.client.hset(broken, "k", "v")
+        buf.client.xadd(buf.keys.prompts, {"x": "1"})      # not watched: only the error can mark it
+        assert _until(lambda: watch.error != "")
+        assert watch.grew(broken)
+        assert _until(lambda: watch.grew(broken), 2.0)                  # marked again on the next failure
     finally:
         watch.stop()
