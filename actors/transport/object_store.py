@@ -15,8 +15,10 @@ removed once the engine has loaded it, also when loading failed.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Callable
 
+import numpy as np
 import ray
 
 from actors.transport import NamedTensors, WeightSource, as_source, parse_location_version
@@ -95,7 +97,7 @@ class RayObjectStoreTransport:
                 snapshot += [(name, t.detach().to("cpu", copy=True).contiguous()) for name, t in bucket]
         if source.rank != 0:
             return None
-        ref = ray.put(snapshot)
+        ref = ray.put([_to_wire(name, t) for name, t in snapshot])
         ray.get(self._store_handle(create=True).put.remote(version, [ref]))
         return f"{self.scheme}://{self.store_name}/{version}"
 
@@ -167,4 +169,23 @@ class RayObjectStoreTransport:
         if scheme != self.scheme or name != self.store_name:
             raise ValueError(f"location {location!r} is not from store {self.store_name!r}")
         wrapped = ray.get(self._store_handle(create=False).get.remote(int(version)))
-        return ray.get(wrapped[0])
+        return [_from_wire(*item) for item in ray.get(wrapped[0])]
+
+
+# A version crosses the object store as raw bytes in numpy arrays, which Ray stores with one copy and
+# hands back as read-only views of its shared memory; torch tensors went through torch's pickling
+# (a copy and a Python call per tensor on both sides: ~8 ms of a tiny model's 15 ms fetch).
+def _to_wire(name: str, t) -> tuple[str, str, tuple[int, ...], np.ndarray]:
+    import torch
+
+    return name, str(t.dtype).removeprefix("torch."), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy()
+
+
+def _from_wire(name: str, dtype: str, shape: tuple[int, ...], data: np.ndarray):
+    """(name, a read-only tensor over ``data``: the object store's memory; read it, never write to it)."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        flat = torch.from_numpy(data)
+    return name, flat.view(getattr(torch, dtype)).reshape(shape)
