@@ -24,7 +24,6 @@ Protocol (newline-delimited JSON):
 
 import ctypes
 import json
-from collections import OrderedDict
 import logging
 import os
 import re
@@ -32,6 +31,7 @@ import resource
 import signal
 import sys
 import time
+from collections import OrderedDict
 
 _DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox|\\begin\{(?:equation|align)")
 

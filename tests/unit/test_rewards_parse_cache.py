@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
-from rewards._math_verify_server import ParseCache
 from rewards.math_verifier import MathVerifier
+
+# the verifier child is a script (run by path, `python -I`), not a module of the package: loaded as one
+SERVER = Path(__file__).parents[2] / "rewards" / "_math_verify_server.py"
+SPEC = importlib.util.spec_from_file_location("math_verify_server", SERVER)
+server = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(server)
+ParseCache = server.ParseCache
 
 
 class CountingParse:
