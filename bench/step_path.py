@@ -2,6 +2,7 @@
 
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/step_path.py
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/step_path.py --steps 20 --modes on --json out.json
+    flock /tmp/lagrl-heavy.lock .venv/bin/python bench/step_path.py --steps 20 --modes on --rounds 3
 
 On one GPU, shared by the actor and the learner rank as the smoke's run shares it (``launch.smoke``):
 ``--modes on --actors.dtype bfloat16 --actors.num_gpus 0.5 --actors.gpu_memory_utilization 0.25
@@ -27,7 +28,10 @@ hop's median share of the step (``path/seg/<hop>`` / ``path/trained``) and:
 * **stale waste** = responses dropped as stale / responses read (``lag/stale_dropped`` over
   ``groups/read`` x group size). Target <= 1% in strict on-policy.
 
-Each figure is printed with its target beside it; nothing here is asserted.
+Each figure is printed with its target beside it; nothing here is asserted. ``--rounds N`` runs each
+mode N times, each run followed at once by its bare measurement (a paired round), and prints the median
+efficiency over the rounds with its spread (``bench.paired``): the machine drifts between runs by more
+than most changes (bare alone took 0.56-0.80 s in one sitting's runs).
 """
 
 from __future__ import annotations
@@ -95,6 +99,10 @@ class BareEngine:
         self.llm.generate([{"prompt_token_ids": ids} for ids, _ in prompts], params, use_tqdm=False)
         return time.perf_counter() - t0
 
+    def close(self) -> None:
+        """Shut the engine down (a separate engine core frees its GPU memory now, before the next run)."""
+        self.llm.llm_engine.engine_core.shutdown()
+
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
@@ -130,11 +138,30 @@ def report(mode: str, s: dict) -> None:
           f"({s['stale_responses']:.0f} of {s['responses_read']:.0f} responses read)")
 
 
+def bare_times(bare, captured: StepPrompts, group_size: int, temperature: float, skip: int) -> dict[int, float]:
+    """Bare ``LLM.generate`` seconds on each steady step's own prompts (the first call also warms up)."""
+    import ray
+
+    out: dict[int, float] = {}
+    for row in captured.rows:
+        step = int(row["step"])
+        prompts = captured.prompts.get(step, [])[: int(row.get("path/groups", 0))]
+        if step < skip or not prompts:
+            continue
+        if not out:               # warm-up call on the first prompts (engine, prefix cache)
+            ray.get(bare.generate.remote(prompts, group_size, temperature))
+        out[step] = ray.get(bare.generate.remote(prompts, group_size, temperature))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=12, help="learner steps per run")
     ap.add_argument("--skip", type=int, default=2, help="first steps left out of the medians (warm-up)")
     ap.add_argument("--modes", nargs="+", choices=sorted(MODES), default=["on", "off"])
+    ap.add_argument("--rounds", type=int, default=1, help="runs per mode, each followed at once by its bare "
+                    "measurement (a paired round: the machine's drift between rounds, bare alone 0.56-0.80 s "
+                    "in one sitting, hits both sides of a round); the figure is the median over rounds")
     ap.add_argument("--run_dir", type=Path, default=None, help="keep the runs here (default: a temp dir)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args, extra = ap.parse_known_args()
@@ -144,46 +171,50 @@ def main() -> None:
 
     import ray
 
+    from bench.paired import ratio_line
     from launch.cli import build_config
     from launch.run.driver import init_ray, run
     from launch.worlds import world_data
 
-    cfgs = {}
-    for mode in args.modes:
-        argv = ["--tiny", "--steps", str(args.steps), "--run_dir", str(run_dir), "--run_id", f"{tag}-{mode}",
+    def config(mode: str, rnd: int):
+        argv = ["--tiny", "--steps", str(args.steps), "--run_dir", str(run_dir), "--run_id",
+                f"{tag}-{mode}" + (f"-r{rnd}" if args.rounds > 1 else ""),
                 "--data.eval_every", "0", "--data.eval_max_problems", "16", *extra]
-        cfgs[mode], _ = build_config(argv, default_preset=MODES[mode])
-    first = cfgs[args.modes[0]]
-    init_ray(first)
-    captured = {}
-    for mode in args.modes:
-        print(f"[bench] === {mode} ({MODES[mode]}): {args.steps} steps ===", flush=True)
-        captured[mode] = StepPrompts()
-        run(cfgs[mode], on_step=captured[mode])
+        return build_config(argv, default_preset=MODES[mode])[0]
 
+    first = config(args.modes[0], 0)
+    init_ray(first)
     model_dir = world_data(first.world, first.data)[0]
     cfg = first.actors
     env = {"VLLM_CPU_KVCACHE_SPACE": str(cfg.cpu_kv_cache_gib), "TOKENIZERS_PARALLELISM": "false"}
-    # the share of the machine the run's actor had (its GPU too: a Ray actor asking for none sees no GPU)
-    bare = ray.remote(BareEngine).options(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus * cfg.tensor_parallel_size,
-                                          runtime_env={"env_vars": env}).remote(cfg, model_dir, first.group_size)
-    out = {}
-    for mode in args.modes:
-        c, rc = captured[mode], cfgs[mode]
-        bare_s = {}
-        for row in c.rows:
-            step = int(row["step"])
-            prompts = c.prompts.get(step, [])[: int(row.get("path/groups", 0))]
-            if step < args.skip or not prompts:
-                continue
-            if not bare_s:        # warm-up call on the first prompts (engine, prefix cache)
-                ray.get(bare.generate.remote(prompts, rc.group_size, rc.temperature))
-            bare_s[step] = ray.get(bare.generate.remote(prompts, rc.group_size, rc.temperature))
-        out[mode] = summarize(c.rows, bare_s, rc.group_size, args.skip)
-        report(mode, out[mode])
+    rounds: dict[str, list[dict]] = {m: [] for m in args.modes}
+    rows: dict[str, list[dict]] = {}
+    for rnd in range(args.rounds):
+        for mode in args.modes:
+            rc = config(mode, rnd)
+            print(f"[bench] === {mode} ({MODES[mode]}): {args.steps} steps, round {rnd + 1}/{args.rounds} ===",
+                  flush=True)
+            captured = StepPrompts()
+            run(rc, on_step=captured)
+            # the share of the machine the run's actor had (its GPU too: a Ray actor asking for none sees no
+            # GPU); built for each run and gone before the next, so no run shares the machine with it
+            bare = ray.remote(BareEngine).options(
+                num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus * cfg.tensor_parallel_size,
+                runtime_env={"env_vars": env}).remote(cfg, model_dir, first.group_size)
+            bare_s = bare_times(bare, captured, rc.group_size, rc.temperature, args.skip)
+            ray.get(bare.close.remote())
+            ray.kill(bare)
+            rounds[mode].append(summarize(captured.rows, bare_s, rc.group_size, args.skip))
+            rows[mode] = captured.rows
+            report(mode, rounds[mode][-1])
+    if args.rounds > 1:
+        print()
+        for mode in args.modes:
+            print(f"[{mode}] " + ratio_line("generation efficiency (bare LLM.generate / generation phase)",
+                                            [s["efficiency"] for s in rounds[mode]], EFFICIENCY_TARGET))
     if args.json:
-        args.json.write_text(json.dumps({"figures": out, "run_dir": str(run_dir),
-                                         "rows": {m: captured[m].rows for m in args.modes}}, indent=1, default=str))
+        args.json.write_text(json.dumps({"figures": {m: r[-1] for m, r in rounds.items()}, "rounds": rounds,
+                                         "run_dir": str(run_dir), "rows": rows}, indent=1, default=str))
 
 
 if __name__ == "__main__":
