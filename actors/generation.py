@@ -311,7 +311,7 @@ class GenerationActorImpl:
             return
         wait_for_entries(self.buffer.client, tails, 20 if due else self.cfg.idle_poll_ms)
 
-    def _admit(self, idle: bool = True) -> None:
+    def _admit(self, idle: bool) -> None:
         """Take prompts while there is room; ``idle``: nothing runs or is scored (read every stream)."""
         self._start_held()
         busy = len(self._in_flight) + len(self._scoring)
