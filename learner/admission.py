@@ -24,6 +24,15 @@ previous incarnation first) and classifies each group it reads:
 * valid: its advantages and loss mask go to the step.
 
 Groups that are trained are ACKed later, once a checkpoint covers them (:class:`TrainedLedger`).
+
+Off-policy, the next step's batch is generated while a step trains. :meth:`Admission.look_ahead`
+(called by the learner between its waits on the ranks) takes those groups as they are written,
+into the backlog, un-ACKed: the next :meth:`~Admission.collect` admits them as above. It only
+*predicts* which ones that admission will not use (every response staler than max_lag, or zero
+advantage under dynamic sampling) and reports them to the feeder at once, so their replacements
+are generated with the rest of the batch instead of in a second round after training
+(``bench/async_vs_sync.py``). A wrong guess costs a surplus prompt or a later replacement, never
+a group: nothing is ACKed ahead.
 """
 
 from __future__ import annotations
@@ -66,11 +75,13 @@ class Collected:
     lost: int = 0                    # groups read for this step and not usable (the feeder replaces them)
     hops: list[dict[str, float]] = field(default_factory=list)   # learner.step_path.group_hops of each seen group
     done_at: float = 0.0             # unix time the step had its D_R valid groups
+    read_ahead: int = 0              # groups taken while the step before trained (Admission.look_ahead)
 
     def metrics(self) -> dict[str, float]:
         out = {"groups/read": self.read, "groups/trained": len(self.entries),
                "groups/zero_adv_dropped": self.zero_dropped, "groups/stale_dropped": self.stale_groups,
-               "groups/skipped_done": self.skipped_done, "lag/stale_dropped": float(self.stale_responses)}
+               "groups/skipped_done": self.skipped_done, "groups/read_ahead": self.read_ahead,
+               "lag/stale_dropped": float(self.stale_responses)}
         if self.filtered is not None:
             judged = self.filtered + len(self.entries)
             out |= {"groups/filtered": self.filtered,
@@ -112,6 +123,15 @@ def ack(buffer, entries: list[tuple[str, str]], outcome: str) -> None:
         buffer.ack_groups([e for e, _ in entries], [g for _, g in entries], outcome)
 
 
+@dataclass
+class _LookAhead:
+    """What :meth:`Admission.look_ahead` took for one step: groups it expects the step to train or lose."""
+
+    step: int
+    valid: int = 0
+    lost: int = 0
+
+
 class Admission:
     """Reads and classifies the groups of the learner's steps (module docstring)."""
 
@@ -123,6 +143,8 @@ class Admission:
         # (version the learner must reach, entry): sampled by a version it has not reached yet, or
         # (fixed lag) for a later step; released into the backlog at the start of a step
         self._deferred: list[tuple[int, Entry]] = []
+        self._look: _LookAhead | None = None
+        self._collected: dict | None = None    # the last collected step's {"step", "lost"}, for the feeder's rate
 
     def collect(self, version: int, step: int, mode: StepMode,
                 should_stop: Callable[[], bool] | None = None) -> Collected:
@@ -131,6 +153,9 @@ class Admission:
         StepInterrupted, with the groups already admitted put back first in line (still pending)."""
         cfg, col = self.cfg, Collected(filtered=None if self.cfg.prime is None else 0)
         need = cfg.batch.rollout_batch
+        if self._look is not None and self._look.step == step:
+            col.read_ahead = self._look.valid + self._look.lost
+        self._look = None
         self._release_deferred(version)
         deadline = None if cfg.data_timeout_s is None else time.monotonic() + cfg.data_timeout_s
         while len(col.entries) < need:
@@ -159,8 +184,44 @@ class Admission:
                     raise TimeoutError(f"step {step}: {len(col.entries)}/{need} valid groups after "
                                        f"{cfg.data_timeout_s}s ({col.read} read)")
         col.done_at = time.time()
+        self._collected = {"step": step, "lost": col.lost}
         self._publish_need(step, 0, col.lost)
         return col
+
+    def look_ahead(self, step: int, version: int, mode: StepMode) -> None:
+        """Off-policy, while the step before ``step`` trains: take ``step``'s groups already written (up to
+        the D_R it is expected to train) into the backlog, and report at once those its admission at
+        ``version`` is expected to lose (module docstring). Never blocks; per-step modes (strict
+        on-policy, fixed lag) and PRIME's filter are left to :meth:`collect`."""
+        if mode.strict or mode.pinned or self.cfg.prime is not None:
+            return
+        if self._look is None or self._look.step != step:
+            self._look = _LookAhead(step)
+        ahead, need, lost = self._look, self.cfg.batch.rollout_batch, self._look.lost
+        while ahead.valid < need:
+            got = self.buffer.take_groups(self.cfg.consumer, need - ahead.valid, 0)
+            if not got:
+                break
+            self._backlog.extend(got)
+            for _, g in got:
+                if self._expect_lost(g, version, mode):
+                    ahead.lost += 1
+                else:
+                    ahead.valid += 1
+        if ahead.lost > lost:
+            self._publish_need(step, need - ahead.valid, ahead.lost)
+
+    def _expect_lost(self, g: Group, version: int, mode: StepMode) -> bool:
+        """Whether an off-policy admission at ``version`` reads ``g`` and cannot use it (every response
+        staler than max_lag; zero advantage under dynamic sampling). Trained and future groups are not
+        losses there either."""
+        lag = group_lags(g, version)
+        if g.group_id in self.ledger.in_weights or (lag < 0).any():
+            return False
+        present = lag <= mode.max_lag
+        if not present.any():
+            return True
+        return self.cfg.dynamic_sampling and bool(self._advantages(g, present, self.cfg.advantage).zero_groups[0])
 
     def _release_deferred(self, version: int) -> None:
         ready = [entry for at, entry in self._deferred if at <= version]
@@ -176,8 +237,11 @@ class Admission:
         """Tell the feeder how many valid groups this step still lacks and how many it read and could
         not use (``learner_need`` in the run's meta hash, with a wake-up: ``RunBuffer.announce_meta``):
         the feeder replaces each lost group at once (``launch.run.feeder``). Re-published on every empty
-        read: for a shortfall nobody reported lost, the feeder trusts only a hint newer than its last answer."""
-        self.buffer.announce_meta(learner_need={"step": step, "groups": groups, "lost": lost, "time": time.time()})
+        read: for a shortfall nobody reported lost, the feeder trusts only a hint newer than its last answer.
+        ``collected``, the last collected step's final count, sets the feeder's rejection rate: a look ahead
+        may overwrite that step's own last need before the feeder has read it."""
+        self.buffer.announce_meta(learner_need={"step": step, "groups": groups, "lost": lost, "time": time.time(),
+                                                "collected": self._collected})
 
     def _admit(self, entry_id: str, g: Group, col: Collected, version: int, step: int, mode: StepMode) -> None:
         if self._already_trained(entry_id, g, col):

@@ -19,7 +19,9 @@ skipped):
    steps, so lags stay honest); the later updates move up one version and the step publishes a
    fresh admission clock for the feeder (its version arithmetic assumed N_SGD updates);
 3. the updates on the ranks; weights are published through the transport every
-   ``sync_interval`` updates and after the step's last update (:meth:`Learner._publish`);
+   ``sync_interval`` updates and after the step's last update (:meth:`Learner._publish`); while
+   they run, an off-policy learner takes the next step's groups already written and reports the
+   ones it will not use, so the feeder replaces them now (``Admission.look_ahead``);
 4. entropy controller update, then the guard reads the step's metrics and picks the next step's
    mode; a switch is an event in the metrics row (``guard/event``) and republishes the admission
    clock the feeder issues prompts by (``buffer.versions.StepClock``). A step that trained no
@@ -262,6 +264,9 @@ class Learner:
         world, n = self.ranks.world, len(plan.rank_plans)
         rows_ref, per_update, infos, sync_s, chunk = ray.put(plan.rows), [], [], 0.0, []
         self._trained_at = time.time()           # no update: training was done at once
+        # off-policy: the next batch is being generated meanwhile; its losses go to the feeder now
+        mode, next_version = self.mode, plan.v0 + n
+        look_ahead = lambda: self.admission.look_ahead(self.steps_done + 1, next_version, mode)  # noqa: E731
         for u in range(n):
             chunk.append(u)
             last = u == n - 1
@@ -269,7 +274,7 @@ class Learner:
                 continue
             results = self.ranks.call_each("train_updates", [
                 (rows_ref, [(plan.v0 + j, plan.rank_plans[j][r], plan.required_lags[j]) for j in chunk],
-                 self.mode.loss, self.temperature, plan.alpha) for r in range(world)])
+                 self.mode.loss, self.temperature, plan.alpha) for r in range(world)], while_waiting=look_ahead)
             for k in range(len(chunk)):
                 per_update.append(reduce_metrics([results[r][k][0] for r in range(world)]))
                 infos.append(results[0][k][1])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -221,9 +221,18 @@ class RankGroup:
         """Run ``method`` with the same arguments on every rank concurrently; results by rank."""
         return ray.get([getattr(a, method).remote(*args, **kwargs) for a in self.actors])
 
-    def call_each(self, method: str, rank_args: Sequence[tuple]) -> list:
-        """Run ``method`` on every rank concurrently with rank r's arguments ``rank_args[r]``."""
-        return ray.get([getattr(a, method).remote(*rank_args[r]) for r, a in enumerate(self.actors)])
+    def call_each(self, method: str, rank_args: Sequence[tuple], while_waiting: Callable[[], None] | None = None,
+                  every_s: float = 0.05) -> list:
+        """Run ``method`` on every rank concurrently with rank r's arguments ``rank_args[r]``;
+        ``while_waiting()`` runs every ``every_s`` seconds until all ranks are done (it must not block)."""
+        refs = [getattr(a, method).remote(*rank_args[r]) for r, a in enumerate(self.actors)]
+        while while_waiting is not None:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=every_s)
+            if len(ready) == len(refs):
+                break
+            ray.get(ready)              # a rank that failed raises now, not once the others give up
+            while_waiting()
+        return ray.get(refs)
 
     def version(self) -> int:
         versions = set(self.call("version"))

@@ -15,6 +15,7 @@ publishes, while it reads, how many of the groups it could not use (``lost``: ze
 stale, filtered; strict on-policy and fixed lag count only the step's own groups) in
 ``learner_need`` (meta hash, with a wake-up on the run's signals stream), and the feeder issues
 one new prompt for the step per lost group at once, while the rest of the batch still generates.
+Off-policy, the learner already reports the next step's losses while the current step trains.
 A replacement is generated after the rest of the batch, a second round on the step's critical
 path, so each batch also gets a few extra prompts up front (``launch.run.over_issue``): as many
 as the rejection rate of recent steps lets through within a waste budget (``over_issue_waste``,
@@ -146,20 +147,19 @@ class PromptFeeder:
         learner_step = clock.step_at(version)
         ahead = self.issue_ahead if clock.fixed_lag is None else 0   # a pin must exist when it is taken
         need = meta.get("learner_need")
-        if isinstance(need, dict) and need.get("groups") == 0 and "step" in need:
-            self.reject_rate.record(need["step"], self.rollout_batch, need.get("lost", 0))   # a step collected
+        need = need if isinstance(need, dict) and "step" in need else None
+        collected = None if need is None else need.get("collected")
+        if isinstance(collected, dict):       # the last step the learner finished collecting
+            self.reject_rate.record(collected["step"], self.rollout_batch, collected["lost"])
         for step in range(learner_step, clock.newest_admissible_step(version) + ahead + 1):
             if step not in self.stats.per_step:
                 extra = extra_prompts(self.rollout_batch, self.reject_rate.rate, self.over_issue_waste)
                 self.issue(step, self.rollout_batch + extra, clock)
                 self.stats.per_step[step].extra = extra
+        if need is not None and need["step"] >= learner_step and need["step"] in self.stats.per_step:
+            self._replace_lost(need["step"], need.get("lost", 0), clock)
         state = self.stats.per_step[learner_step]
-        need = need if isinstance(need, dict) and need.get("step") == learner_step else None
-        owed = 0 if need is None else need.get("lost", 0) - state.extra    # the extras cover the first losses
-        if owed > state.replaced:
-            # one new prompt per group the learner could not use: the step keeps exactly D_R usable ones
-            self.issue(learner_step, owed - state.replaced, clock)
-            state.replaced = owed             # too-long ones were dead-lettered: the need fallback covers them
+        need = need if need is not None and need["step"] == learner_step else None
         if self._answerable_outstanding(version) > 0:
             state.answered_at = None
             return
@@ -172,6 +172,16 @@ class PromptFeeder:
                 self._top_up(state, learner_step, need["groups"], now, clock)
         elif now - state.answered_at > self.hint_wait_s:
             self._top_up(state, learner_step, max(self.rollout_batch // 2, 1), now, clock)
+
+    def _replace_lost(self, step: int, lost: int, clock: StepClock) -> None:
+        """One new prompt per group of ``step`` the learner could not use, beyond the extras issued for them:
+        the step keeps exactly D_R usable ones. Reported while the learner collects the step, and off-policy
+        already while the step before trains (``learner.admission.Admission.look_ahead``)."""
+        state = self.stats.per_step[step]
+        owed = lost - state.extra
+        if owed > state.replaced:
+            self.issue(step, owed - state.replaced, clock)
+            state.replaced = owed             # too-long ones were dead-lettered: the need fallback covers them
 
     def _answerable_outstanding(self, version: int) -> int:
         """Outstanding prompts an actor may start now: issued ahead of their version ones wait for it.

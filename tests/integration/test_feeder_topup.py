@@ -49,9 +49,13 @@ def _answer_all(buf: RunBuffer) -> int:
     return answered
 
 
-def _need(buf: RunBuffer, groups: int, step: int = 0, at: float | None = None, lost: int = 0) -> None:
+def _need(buf: RunBuffer, groups: int, step: int = 0, at: float | None = None, lost: int = 0,
+          collected: dict | None = None) -> None:
+    """Publish what ``learner.admission`` does; a step's last need (``groups`` 0) records it as collected."""
+    if collected is None and groups == 0:
+        collected = {"step": step, "lost": lost}
     buf.announce_meta(learner_need={"step": step, "groups": groups, "lost": lost,
-                                    "time": time.time() if at is None else at})
+                                    "time": time.time() if at is None else at, "collected": collected})
 
 
 def test_each_lost_group_is_replaced_at_once_by_one_prompt(buf, tiny_world):
@@ -94,6 +98,24 @@ def test_a_step_after_rejections_gets_extra_prompts_and_replaces_only_losses_bey
     _need(buf, 7, step=1, lost=2)
     feeder.tick()
     assert feeder.stats.per_step[1].issued == D_R + 2              # one replacement for the loss beyond it
+
+
+def test_losses_reported_ahead_for_the_next_step_are_replaced_at_once(buf, tiny_world):
+    """Off-policy (max_lag 1), while step 0 trains the learner already reads step 1's batch: the two
+    groups it reports lost get their replacements for step 1 now, step 0 gets nothing more, and step
+    0's final count (in ``collected``, its own ``groups: 0`` need overwritten) still sets the rate."""
+    feeder = _feeder(buf, tiny_world, hint_wait_s=60.0, issue_ahead=0)
+    buf.set_meta(learner_clock=StepClock(max_lag=1).to_dict())
+    feeder.tick()
+    assert {s: st.issued for s, st in feeder.stats.per_step.items()} == {0: D_R, 1: D_R}
+    _need(buf, 3, step=1, lost=2, collected={"step": 0, "lost": 4})
+    feeder.tick()
+    assert {s: st.issued for s, st in feeder.stats.per_step.items()} == {0: D_R, 1: D_R + 2}
+    assert feeder.reject_rate.steps == {0: (D_R + 4, 4)}
+    feeder.tick()                                       # the same report again: nothing more
+    assert feeder.stats.per_step[1].issued == D_R + 2
+    taken = buf.take_prompts("actor-0", count=100, block_ms=0)
+    assert sorted(p.step for _, p in taken)[-2:] == [1, 1] and all(p.min_version == 0 for _, p in taken)
 
 
 def test_an_unreported_shortfall_is_topped_up_by_the_need_after_a_fresh_hint(buf, tiny_world):

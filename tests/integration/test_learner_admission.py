@@ -145,3 +145,57 @@ def test_a_stop_while_waiting_for_data_interrupts_the_step_and_keeps_what_it_rea
     buf.put_group(_spans(make_group("second", version=v, seed=2), [(v, v)] * 4))
     col = admission.collect(version=v, step=v, mode=configured_mode(cfg))
     assert [g.group_id for _, g in col.entries] == ["first", "second"]
+
+
+def _rewards(g, rewards):
+    for r, reward in zip(g.responses, rewards):
+        r.reward = reward
+    return g
+
+
+def test_look_ahead_reports_the_next_steps_losses_while_training_and_acks_nothing(redis_server):
+    """Off-policy, while step 4 trains (its update brings version 5), the next batch is being written: the
+    look ahead takes it into the backlog un-ACKed, reports the groups step 5's admission will lose (one
+    with equal rewards, one staler than max_lag) to the feeder at once, stops taking once D_R are
+    expected to be trained, and step 5's collect then admits exactly what it took, losses and all."""
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    v = 5
+    cfg = LearnerConfig(mode="off_policy", max_lag=1, batch=BatchConfig(rollout_batch=3, mini_batch=3),
+                        loss={"eps_low": 0.2, "eps_high": 0.28}, block_ms=100, data_timeout_s=30.0)
+    assert cfg.dynamic_sampling
+    mode = configured_mode(cfg)
+    admission = Admission(cfg, buf, TrainedLedger(buf))
+    buf.put_group(_rewards(make_group("zero", version=v - 1, step=v, seed=1), [1.0] * 4))
+    buf.put_group(make_group("old", version=v - 2, step=v - 1, seed=2))    # lag 2 at version 5
+    buf.put_group(make_group("a", version=v - 1, step=v, seed=3))
+    buf.put_group(make_group("b", version=v - 1, step=v, seed=4))
+    admission.look_ahead(step=v, version=v, mode=mode)
+
+    need = buf.get_meta("learner_need")["learner_need"]
+    assert (need["step"], need["lost"], need["groups"]) == (v, 2, 1)     # 2 expected trained of D_R 3
+    assert audit(buf.client, buf.run_id).groups_consumed == 0              # nothing ACKed ahead
+    assert len(buf.pending_groups(cfg.consumer)) == 4                      # taken: a restarted learner has them
+
+    buf.put_group(make_group("c", version=v, step=v, seed=5))
+    buf.put_group(make_group("d", version=v, step=v, seed=6))
+    admission.look_ahead(step=v, version=v, mode=mode)
+    assert len(buf.pending_groups(cfg.consumer)) == 5                      # "c" fills D_R: "d" is left in the stream
+
+    col = admission.collect(version=v, step=v, mode=mode)
+    assert [g.group_id for _, g in col.entries] == ["a", "b", "c"]
+    m = col.metrics()
+    assert (m["groups/read_ahead"], m["groups/zero_adv_dropped"], m["groups/stale_dropped"], col.lost) == (5, 1, 1, 2)
+    books = audit(buf.client, buf.run_id).outcomes
+    assert (books["filtered"], books["stale"]) == (1, 1)
+    need = buf.get_meta("learner_need")["learner_need"]
+    assert need["groups"] == 0 and need["collected"] == {"step": v, "lost": 2}   # the feeder's rejection rate
+
+
+def test_look_ahead_leaves_strict_on_policy_to_collect(redis_server):
+    """Strict on-policy generates nothing for the next step while one trains; what is written then is an
+    earlier step's surplus, which collect drops as stale: the look ahead takes nothing."""
+    buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
+    buf.put_group(make_group("late", version=2, step=2, seed=1))
+    cfg = LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100)
+    Admission(cfg, buf, TrainedLedger(buf)).look_ahead(step=3, version=3, mode=configured_mode(cfg))
+    assert buf.pending_groups(cfg.consumer) == [] and buf.get_meta("learner_need") == {}
