@@ -224,14 +224,15 @@ class RankGroup:
     def call_each(self, method: str, rank_args: Sequence[tuple], while_waiting: Callable[[], None] | None = None,
                   every_s: float = 0.05) -> list:
         """Run ``method`` on every rank concurrently with rank r's arguments ``rank_args[r]``;
-        ``while_waiting()`` runs every ``every_s`` seconds until all ranks are done (it must not block)."""
+        ``while_waiting()`` runs at once and then every ``every_s`` seconds until all ranks are done (it
+        must not block)."""
         refs = [getattr(a, method).remote(*rank_args[r]) for r, a in enumerate(self.actors)]
         while while_waiting is not None:
+            while_waiting()
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=every_s)
             if len(ready) == len(refs):
                 break
             ray.get(ready)              # a rank that failed raises now, not once the others give up
-            while_waiting()
         return ray.get(refs)
 
     def version(self) -> int:

@@ -318,9 +318,11 @@ def test_resume_reproduces_the_next_step_exactly(ranks, tiny_world, redis_url, p
     batches = [make_groups(policy, 4, v0, seed=20 + s) for s in range(5)]
     for g in itertools.chain(*batches[:3]):
         buf.put_group(g)
-    learner.run(2)
+    rows = learner.run(2)
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000002"
     m3 = learner.step()                                                    # not checkpointed
+    # each next batch was taken (un-ACKed) while the step before trained: Admission.look_ahead
+    assert [m["groups/read_ahead"] for m in rows + [m3]] == [0, 4, 4]
     w3 = learner.full_state_dict()
     assert {g.group_id for _, g in buf.pending_groups(cfg.consumer)} == {g.group_id for g in batches[2]}
 
