@@ -10,7 +10,6 @@ Admission: a prompt issued for learner step s may start only on weights of versi
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -21,6 +20,7 @@ from buffer.keys import RunKeys
 from buffer.messages import Group
 from buffer.queue import MAX_BLOCK_MS
 from buffer.scripts import Scripts
+from buffer.wake import StreamWatch
 
 # Readers use only the history's newest entry (``wait`` blocks for the next XADD); the rest is for a
 # person reading the stream. An off-policy run publishes every mini-batch (16 a step in the soak), so
@@ -152,21 +152,23 @@ class VersionStore:
 
 
 class VersionWatch:
-    """The newest published (version, location), kept current by a daemon thread blocked on the
-    version history stream: readers get it without a round trip (an actor checks it every engine
-    step) and learn of a new version as soon as it is published, not at their next poll.
+    """The newest published (version, location), kept current by a thread blocked on the version history
+    stream (``buffer.wake.StreamWatch``): readers get it without a round trip (an actor checks it every
+    engine step) and learn of a new version as soon as it is published, not at their next poll.
 
-    A Redis error in the thread (a restart outlasting the client's retries) is recorded and the
-    watch re-reads the hash after a pause; :meth:`latest` is never older than the last read.
+    The hash is re-read after the stream's tail is taken, so a publish in between wakes the thread. A
+    Redis error (a restart outlasting the client's retries) is recorded, and the hash is read again once
+    the stream answers; :meth:`latest` is never older than the last read.
     """
 
     def __init__(self, store: VersionStore, block_ms: int = 15_000):
-        self.store, self.block_ms = store, min(block_ms, MAX_BLOCK_MS)
-        self._latest = store.get()
-        self.error = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="version-watch", daemon=True)
-        self._thread.start()
+        self.store = store
+        self._latest = (0, "")
+        self._watch = StreamWatch(store.client, [store.keys.versions], block_ms, on_grow=self.refresh)
+
+    @property
+    def error(self) -> str:
+        return self._watch.error
 
     def latest(self) -> tuple[int, str]:
         return self._latest
@@ -178,22 +180,4 @@ class VersionWatch:
         return self._latest
 
     def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        client, key = self.store.client, self.store.keys.versions
-        last_id = None
-        while not self._stop.is_set():
-            try:
-                if last_id is None:
-                    newest = client.xrevrange(key, count=1)
-                    last_id = newest[0][0] if newest else b"0-0"
-                    self._latest = self.store.get()      # after the id: a publish in between wakes the read
-                reply = client.xread({key: last_id}, count=100, block=self.block_ms)
-                if reply:
-                    last_id = reply[0][1][-1][0]
-                    self._latest = self.store.get()
-            except Exception as exc:  # noqa: BLE001 (a dead thread would freeze the actor's view)
-                self.error = f"{type(exc).__name__}: {exc}"[:300]
-                last_id = None
-                self._stop.wait(0.5)
+        self._watch.stop()

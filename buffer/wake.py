@@ -10,6 +10,7 @@ once, so nothing is missed between the read and the wait. Entries of other consu
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import redis
 
@@ -41,14 +42,21 @@ class StreamWatch:
     nothing. It reads a stream when this says it grew. Every stream starts marked, and a Redis error in
     the thread marks them all (its reads resume after a pause): a caller reads too often then, never
     too late. A caller that also reads on a timer (reclaims of dead actors' prompts) covers the rest.
+
+    ``on_grow()`` runs after the tails are taken (here, and again after an error) and after each growth,
+    in the thread from then on: a reader of what the streams announce (``buffer.versions.VersionWatch``)
+    re-reads it there, and an append between the tails and that read wakes the thread once more.
     """
 
-    def __init__(self, client: redis.Redis, keys: list[str], block_ms: int = 15_000):
+    def __init__(self, client: redis.Redis, keys: list[str], block_ms: int = 15_000,
+                 on_grow: Callable[[], None] | None = None):
         self.client, self.keys, self.block_ms = client, list(keys), min(block_ms, MAX_BLOCK_MS)
-        self._grown = set(self.keys)
+        self.on_grow = on_grow
+        self._grown: set[str] = set()
         self._lock = threading.Lock()
         self.error = ""
-        self._tails = stream_tails(client, self.keys)    # the marks above cover everything before these
+        self._tails = stream_tails(client, self.keys)
+        self._grew(self.keys)                # everything before these tails: the caller reads it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stream-watch", daemon=True)
         self._thread.start()
@@ -69,18 +77,25 @@ class StreamWatch:
         with self._lock:
             self._grown.update(keys)
 
+    def _grew(self, keys) -> None:
+        self._mark(keys)
+        if self.on_grow is not None:
+            self.on_grow()
+
     def _run(self) -> None:
         tails = self._tails
         while not self._stop.is_set():
             try:
                 if tails is None:
                     tails = stream_tails(self.client, self.keys)
-                    self._mark(self.keys)        # anything before these tails: the caller reads it
-                reply = self.client.xread(tails, count=100, block=self.block_ms)
-                for key, entries in reply or []:
+                    self._grew(self.keys)
+                grown = []
+                for key, entries in self.client.xread(tails, count=100, block=self.block_ms) or []:
                     key = key.decode() if isinstance(key, bytes) else key
                     tails[key] = entries[-1][0]
-                    self._mark([key])
+                    grown.append(key)
+                if grown:
+                    self._grew(grown)
             except Exception as exc:  # noqa: BLE001 (a dead thread would hide new prompts)
                 self.error = f"{type(exc).__name__}: {exc}"[:300]
                 tails = None

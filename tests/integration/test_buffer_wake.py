@@ -105,3 +105,25 @@ def test_stream_watch_marks_every_stream_when_its_reads_fail(buf):
         assert _until(lambda: watch.grew(broken), 2.0)                  # marked again on the next failure
     finally:
         watch.stop()
+
+
+def test_stream_watch_calls_on_grow_after_its_tails_and_again_once_redis_answers_after_an_error(buf):
+    """``on_grow`` (VersionWatch re-reads the version hash there) runs once the tails are taken, after
+    each growth, and after an error once the stream answers again: a reader is never left behind."""
+    key = f"{buf.keys.prompts}:grow"
+    calls = []
+    watch = StreamWatch(buf.client, [key], block_ms=100, on_grow=lambda: calls.append(time.monotonic()))
+    try:
+        assert len(calls) == 1                                          # at the start, before any read
+        buf.client.xadd(key, {"x": "1"})
+        assert _until(lambda: len(calls) == 2)
+        buf.client.delete(key)
+        buf.client.hset(key, "k", "v")                                  # its reads fail now
+        assert _until(lambda: watch.error != "")
+        assert len(calls) == 2
+        buf.client.delete(key)                                          # it answers again: tails, then on_grow
+        assert _until(lambda: len(calls) == 3, 3.0)
+        buf.client.xadd(key, {"x": "2"})
+        assert _until(lambda: len(calls) == 4)
+    finally:
+        watch.stop()
