@@ -35,7 +35,7 @@ from actors.config import ActorConfig
 from buffer.codec import encode_group
 from buffer.keys import entry_time
 from buffer.messages import Group, PromptMsg, Response
-from buffer.wake import StreamWatch, stream_tails, wait_for_entries
+from buffer.wake import StreamWatch
 
 
 @dataclass
@@ -131,12 +131,16 @@ class GenerationActorImpl:
         self._last_version_check = 0.0
         self._last_version_read = time.monotonic()
         self._took_all = False                  # the last _admit filled its room (more prompts may wait)
+        # set by the watches below once they have marked a grown prompt stream or read a new version: an
+        # idle actor waits on it (cleared at each iteration's start, so nothing after that is missed)
+        self._wake = threading.Event()
         # read a prompt stream only when it grew (or on the timer below): not twice per engine step
-        self.prompt_watch = StreamWatch(self.buffer.client, [self.eval_buffer.keys.prompts, self.buffer.keys.prompts])
+        self.prompt_watch = StreamWatch(self.buffer.client, [self.eval_buffer.keys.prompts, self.buffer.keys.prompts],
+                                        on_grow=self._wake.set)
         self._full: set[str] = set()            # prompt streams whose last read filled its count
         self._last_take = 0.0
-        # the newest published version without a round trip, and a wake-up the moment one is published
-        self.versions = self.buffer.watch_version()
+        # the newest published version without a round trip
+        self.versions = self.buffer.watch_version(on_change=self._wake.set)
         self.transport.attach(actor_id, self.llm, keepalive=self._heartbeat)
         self.sync_weights(force=True)  # a restarted actor rejoins at the current version
         freeze_startup_heap()          # no full collection walks the engine and libraries mid-step
@@ -144,6 +148,7 @@ class GenerationActorImpl:
     # ---- control (called from other threads: the Ray actor runs with max_concurrency > 1)
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()                        # an idle actor's wait ends now
 
     def status(self) -> dict:
         elapsed = max(time.monotonic() - self.stats.started, 1e-9)
@@ -256,6 +261,7 @@ class GenerationActorImpl:
             print(f"[lagrl] {self.actor_id}: engine shutdown failed: {type(exc).__name__}: {exc}", flush=True)
 
     def _iteration(self) -> None:
+        self._wake.clear()
         now = time.monotonic()
         # a newer version (the watch saw it: no round trip), the transport's own cadence (a collective
         # send names this actor), or nothing running: look now
@@ -269,9 +275,7 @@ class GenerationActorImpl:
             time.sleep(0.05)
             return
         idle = not self._in_flight and not self._scoring
-        # taken before the reads: a prompt or version that arrives after this wakes the wait below
-        tails = self._work_tails() if idle else None
-        self._admit(idle)
+        self._admit()
         if self.engine.has_unfinished_requests():
             with self._engine_lock:
                 outputs = self.engine.step()
@@ -281,27 +285,23 @@ class GenerationActorImpl:
         self._flush_scored(block=False)
         self._heartbeat()
         if not self._in_flight:
-            self._wait_for_work(tails)
+            self._wait_for_work(idle)
 
-    def _work_tails(self) -> dict[str, bytes]:
-        """The tails of what can give an idle actor work: both prompt streams and the version history."""
-        return stream_tails(self.buffer.client, [self.buffer.keys.prompts, self.eval_buffer.keys.prompts,
-                                                 self.buffer.keys.versions])
-
-    def _wait_for_work(self, tails: dict[str, bytes] | None) -> None:
+    def _wait_for_work(self, idle: bool) -> None:
         """Nothing in the engine: block until there may be something to do, instead of spinning.
 
         Groups being scored: until one is scored (or a short while: a prompt may arrive meanwhile).
-        Idle: until a prompt or a version is appended after ``tails`` (``buffer.wake``), at most
-        ``idle_poll_ms`` (a dead actor's prompts become reclaimable without an append). A version
-        published but not loaded yet is retried within 20 ms; a pushing transport's send (the
-        collective) is joined the moment the learner announces it, which waits for this actor."""
+        Idle since the iteration began: until a watch has seen a prompt stream grow or read a new
+        version (``_wake``), at most ``idle_poll_ms`` (a dead actor's prompts become reclaimable without
+        an append: the timed read in ``_admit``). A version published but not loaded yet is retried
+        within 20 ms; a pushing transport's send (the collective) is joined the moment the learner
+        announces it, which waits for this actor."""
         if self._stop.is_set():
             return
         if self._scoring:
             wait([job.future for job in self._scoring], timeout=0.01, return_when=FIRST_COMPLETED)
             return
-        if tails is None:
+        if not idle:
             return
         due = self._published()[0] > self.version and not self._pinned_busy()
         if self._took_all or any(self._servable(h.prompt) for h in self._held):
@@ -309,10 +309,10 @@ class GenerationActorImpl:
         if due and self.transport.pushes:
             self.transport.wait_for_send(0.02)
             return
-        wait_for_entries(self.buffer.client, tails, 20 if due else self.cfg.idle_poll_ms)
+        self._wake.wait(0.02 if due else self.cfg.idle_poll_ms / 1000)
 
-    def _admit(self, idle: bool) -> None:
-        """Take prompts while there is room; ``idle``: nothing runs or is scored (read every stream)."""
+    def _admit(self) -> None:
+        """Take prompts while there is room."""
         self._start_held()
         busy = len(self._in_flight) + len(self._scoring)
         room = self.cfg.max_prompts_in_flight - busy - len(self._held)
@@ -324,12 +324,11 @@ class GenerationActorImpl:
         if room <= 0:
             return
         # Evaluation prompts first (a handful, and a blocked evaluation stalls the driver). Never blocking:
-        # an idle actor waits for any new prompt or version afterwards (_wait_for_work). While generating,
-        # a stream is read when it grew, when its last read filled its count, and every TAKE_EVERY_S (the
-        # reclaim of a dead actor's prompts appends nothing; StreamWatch's docstring); an idle actor reads
-        # both each time it wakes (it may wake on an append before the watch has marked it)
+        # an idle actor waits for any new prompt or version afterwards (_wait_for_work). A stream is read
+        # when it grew, when its last read filled its count, and every TAKE_EVERY_S (the reclaim of a dead
+        # actor's prompts appends nothing; StreamWatch's docstring)
         now = time.monotonic()
-        read_all = idle or now - self._last_take >= TAKE_EVERY_S
+        read_all = now - self._last_take >= TAKE_EVERY_S
         if read_all:
             self._last_take = now
         taken = []

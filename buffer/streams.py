@@ -16,6 +16,7 @@ processes (the atomic steps are Lua scripts or MULTI transactions on the server)
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import redis
 
@@ -149,9 +150,10 @@ class RunBuffer:
     def wait_for_version(self, at_least: int, timeout_s: float) -> int:
         return self._versions.wait(at_least, timeout_s)
 
-    def watch_version(self) -> VersionWatch:
-        """A thread that keeps the newest (version, location) current (``buffer.versions.VersionWatch``)."""
-        return VersionWatch(self._versions)
+    def watch_version(self, on_change: Callable[[], None] | None = None) -> VersionWatch:
+        """A thread that keeps the newest (version, location) current (``buffer.versions.VersionWatch``);
+        ``on_change()`` runs in it after each read a publish woke."""
+        return VersionWatch(self._versions, on_change=on_change)
 
     # ---- dead letters, metrics, heartbeats, meta
     def dead_letter(self, source: str, reason: str, raw: bytes | None = None, detail: str = "") -> None:

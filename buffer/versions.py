@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import numpy as np
 import redis
@@ -161,10 +162,12 @@ class VersionWatch:
     the stream answers; :meth:`latest` is never older than the last read.
     """
 
-    def __init__(self, store: VersionStore, block_ms: int = 15_000):
-        self.store = store
+    def __init__(self, store: VersionStore, block_ms: int = 15_000, on_change: Callable[[], None] | None = None):
+        """``on_change()`` runs in the thread after each read of the hash it made (an actor's wake-up: the
+        new version is in :meth:`latest` by then)."""
+        self.store, self.on_change = store, on_change
         self._latest = (0, "")
-        self._watch = StreamWatch(store.client, [store.keys.versions], block_ms, on_grow=self.refresh)
+        self._watch = StreamWatch(store.client, [store.keys.versions], block_ms, on_grow=self._reread)
 
     @property
     def error(self) -> str:
@@ -181,3 +184,8 @@ class VersionWatch:
 
     def stop(self) -> None:
         self._watch.stop()
+
+    def _reread(self) -> None:
+        self.refresh()
+        if self.on_change is not None:
+            self.on_change()
