@@ -101,7 +101,9 @@ class BareEngine:
 
     def close(self) -> None:
         """Shut the engine down (a separate engine core frees its GPU memory now, before the next run)."""
-        self.llm.llm_engine.engine_core.shutdown()
+        from launch.smoke.context import close_llm
+
+        close_llm(self.llm)
 
 
 def median(values: list[float]) -> float:
