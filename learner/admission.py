@@ -48,7 +48,7 @@ import torch
 from buffer.codec import encode_group
 from buffer.messages import Group
 from buffer.versions import group_lags
-from learner.advantages import compute_advantages
+from learner.advantages import AdvantageResult, compute_advantages
 from learner.errors import PolicyLagError, StepInterrupted
 from learner.modes import StepMode
 from learner.prime import group_accuracy, outcome_labels, prompt_filter
@@ -144,6 +144,9 @@ class Admission:
         # (fixed lag) for a later step; released into the backlog at the start of a step
         self._deferred: list[tuple[int, Entry]] = []
         self._look: _LookAhead | None = None
+        # the look-ahead's advantages, by (group id, present responses): collect admits the same group
+        # with the same responses present (the version it predicted at), so it need not compute them again
+        self._predicted: dict[tuple[str, bytes], AdvantageResult] = {}
         self._collected: dict | None = None    # the last collected step's {"step", "lost"}, for the feeder's rate
 
     def collect(self, version: int, step: int, mode: StepMode,
@@ -197,6 +200,7 @@ class Admission:
             return
         if self._look is None or self._look.step != step:
             self._look = _LookAhead(step)
+            self._predicted.clear()          # an earlier step's: collected by now, or read again
         ahead, need, lost = self._look, self.cfg.batch.rollout_batch, self._look.lost
         while ahead.valid < need:
             got = self.buffer.take_groups(self.cfg.consumer, need - ahead.valid, 0)
@@ -221,7 +225,10 @@ class Admission:
         present = lag <= mode.max_lag
         if not present.any():
             return True
-        return self.cfg.dynamic_sampling and bool(self._advantages(g, present, self.cfg.advantage).zero_groups[0])
+        if not self.cfg.dynamic_sampling:
+            return False
+        res = self._predicted[(g.group_id, present.tobytes())] = self._advantages(g, present, self.cfg.advantage)
+        return bool(res.zero_groups[0])
 
     def _release_deferred(self, version: int) -> None:
         ready = [entry for at, entry in self._deferred if at <= version]
@@ -359,7 +366,7 @@ class Admission:
         if cfg.prime is not None:
             self._filter_prime(entry_id, g, present, col)
             return
-        res = self._advantages(g, present, cfg.advantage)
+        res = self._predicted.pop((g.group_id, present.tobytes()), None) or self._advantages(g, present, cfg.advantage)
         zero = bool(res.zero_groups[0])
         if zero and cfg.dynamic_sampling:
             col.zero_dropped += 1

@@ -16,6 +16,7 @@ Tensors are (G, N): G groups of N responses (pad ragged groups and pass ``presen
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,7 +35,26 @@ class AdvantageResult:
     keep_groups: Tensor  # (G,) bool: False for rejected zero-advantage groups (loss_mask cleared)
     zero_groups: Tensor  # (G,) bool: no kept response has a non-zero advantage
     rewards: Tensor      # (G, N) float32 shaped rewards (scale + overlong penalty)
-    metrics: dict[str, float] = field(default_factory=dict)
+    # what the metrics are read from: (G, N) unshaped rewards, overlong penalty, present, truncated,
+    # and the loss mask before zero-advantage rejection
+    _parts: tuple[Tensor, ...] = field(repr=False, default=())
+
+    @functools.cached_property
+    def metrics(self) -> dict[str, float]:
+        """Computed when first asked: the learner admits groups one at a time and reads none of these
+        (a third of a small group's cost)."""
+        base, penalty, present, truncated, kept = self._parts
+        return {
+            "advantage/groups": float(truncated.shape[0]),
+            "advantage/zero_groups": float(self.zero_groups.sum()),
+            "advantage/rejected_groups": float((~self.keep_groups).sum()),
+            "advantage/masked_responses": float((present & ~kept).sum()),
+            "advantage/abs_mean": float(masked_mean(self.advantages.abs(), self.loss_mask)),
+            "reward/mean": float(masked_mean(base, present)),
+            "reward/shaped_mean": float(masked_mean(self.rewards, present)),
+            "reward/overlong_penalty_mean": float(masked_mean(penalty, present)),
+            "response/truncated_frac": float(masked_mean(truncated, present)),
+        }
 
     @property
     def num_rejected(self) -> int:
@@ -145,21 +165,9 @@ def compute_advantages(
     adv = adv.masked_fill(~loss_mask, 0.0)
     zero_groups = ~((adv != 0) & loss_mask).any(dim=1)                 # (G,)
     keep_groups = ~zero_groups if cfg.reject_zero_advantage else torch.ones_like(zero_groups)
-    masked_before_rejection = (present & ~loss_mask).sum()
+    kept = loss_mask
     loss_mask = loss_mask & keep_groups.unsqueeze(1)
-
-    metrics = {
-        "advantage/groups": float(truncated.shape[0]),
-        "advantage/zero_groups": float(zero_groups.sum()),
-        "advantage/rejected_groups": float((~keep_groups).sum()),
-        "advantage/masked_responses": float(masked_before_rejection),
-        "advantage/abs_mean": float(masked_mean(adv.abs(), loss_mask)),
-        "reward/mean": float(masked_mean(base, present)),
-        "reward/shaped_mean": float(masked_mean(rewards, present)),
-        "reward/overlong_penalty_mean": float(masked_mean(penalty, present)),
-        "response/truncated_frac": float(masked_mean(truncated, present)),
-    }
-    return AdvantageResult(adv, loss_mask, keep_groups, zero_groups, rewards, metrics)
+    return AdvantageResult(adv, loss_mask, keep_groups, zero_groups, rewards, (base, penalty, present, truncated, kept))
 
 
 def broadcast_to_tokens(advantages: Tensor, token_mask: Tensor) -> Tensor:

@@ -153,11 +153,17 @@ def _rewards(g, rewards):
     return g
 
 
-def test_look_ahead_reports_the_next_steps_losses_while_training_and_acks_nothing(redis_server):
+def test_look_ahead_reports_the_next_steps_losses_while_training_and_acks_nothing(redis_server, monkeypatch):
     """Off-policy, while step 4 trains (its update brings version 5), the next batch is being written: the
     look ahead takes it into the backlog un-ACKed, reports the groups step 5's admission will lose (one
     with equal rewards, one staler than max_lag) to the feeder at once, stops taking once D_R are
-    expected to be trained, and step 5's collect then admits exactly what it took, losses and all."""
+    expected to be trained, and step 5's collect then admits exactly what it took, losses and all,
+    with the advantages the look ahead computed (not computed twice)."""
+    import learner.admission as admission_module
+
+    scored = []
+    compute = admission_module.compute_advantages
+    monkeypatch.setattr(admission_module, "compute_advantages", lambda *a, **k: scored.append(1) or compute(*a, **k))
     buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
     v = 5
     cfg = LearnerConfig(mode="off_policy", max_lag=1, batch=BatchConfig(rollout_batch=3, mini_batch=3),
@@ -181,8 +187,9 @@ def test_look_ahead_reports_the_next_steps_losses_while_training_and_acks_nothin
     admission.look_ahead(step=v, version=v, mode=mode)
     assert len(buf.pending_groups(cfg.consumer)) == 5                      # "c" fills D_R: "d" is left in the stream
 
+    assert len(scored) == 4                          # "zero", "a", "b", "c": "old" has no response fresh enough
     col = admission.collect(version=v, step=v, mode=mode)
-    assert [g.group_id for _, g in col.entries] == ["a", "b", "c"]
+    assert [g.group_id for _, g in col.entries] == ["a", "b", "c"] and len(scored) == 4
     m = col.metrics()
     assert (m["groups/read_ahead"], m["groups/zero_adv_dropped"], m["groups/stale_dropped"], col.lost) == (5, 1, 1, 2)
     books = audit(buf.client, buf.run_id).outcomes
