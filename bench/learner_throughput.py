@@ -1,14 +1,16 @@
 """Learner train-path throughput vs a bare DeepSpeed loop on the same batches (target ratio >= 0.95).
 
-    .venv/bin/python bench/learner_throughput.py                         # tiny world model (CPU, fp32)
-    .venv/bin/python bench/learner_throughput.py --hidden 256 --layers 4 --vocab 8192 --seq-len 256
-    .venv/bin/python bench/learner_throughput.py --device cuda --hidden 1024 --layers 8 --vocab 32768
+    .venv/bin/python bench/learner_throughput.py                         # tiny world model, a tiny run's update
+    .venv/bin/python bench/learner_throughput.py --shape small-batches   # 32 longer rows, 1024-token micro-batches
+    .venv/bin/python bench/learner_throughput.py --shape small-batches --hidden 256 --layers 4 --vocab 8192 --seq-len 256
+    .venv/bin/python bench/learner_throughput.py --device cuda --shape small-batches --hidden 1024 --layers 8 --vocab 32768
 
 "ours" = ``RankEngine.train_update``: collate, chunked log-prob + entropy from logits / tau,
 token-level clipped PPO loss with global token normalisation, hand-set accumulation boundary,
 DeepSpeed backward + step (clip 1.0, AdamW). "bare" = the same DeepSpeed config, model and
 micro-batches (collated once, up front) with a summed cross-entropy over the same response
-tokens / T. Both run in this process as a one-rank gloo (or nccl) group. ``--rounds`` paired
+tokens / T (in fp32 under ZeRO-0 ours clips the gradient itself and DeepSpeed's clipping is off, so
+bare does not clip: ~0.3 ms of ours). Both run in this process as a one-rank gloo (or nccl) group. ``--rounds`` paired
 rounds, each ``--updates`` updates of both sides interleaved (ours, bare, bare, ours, ...) so load
 from other processes hits both alike; a round's ratio is bare's median update time over ours, and
 the figure is the median ratio over the rounds with its spread (``bench/paired.py``).
@@ -29,16 +31,28 @@ sys.path.insert(0, ROOT)
 
 from bench.paired import ROUNDS, ratio_line  # noqa: E402
 
+# One update's shape. ``tiny-run``: what ``--tiny`` trains in an update, D_R 32 groups x 16 responses, the
+# tiny world's 3-5 token prompts, responses of 6-12 tokens (its runs average ~7, at most 11-16) and its
+# 4096-token micro-batches (``launch.worlds.tiny.scale``): 2 micro-batches. ``small-batches``: the
+# bench's default until 2026-11-28, 32 responses of 32-64 tokens in 1024-token micro-batches (3), where
+# the per-micro-batch work (entropy, metrics) weighs 3x more per token than in a tiny run.
+SHAPES = {
+    "tiny-run": {"rows": 512, "prompt_len": 5, "seq_len": 12, "micro_batch_tokens": 4096},
+    "small-batches": {"rows": 32, "prompt_len": 16, "seq_len": 64, "micro_batch_tokens": 1024},
+}
+
 
 def parse() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hidden", type=int, default=0, help="build a Qwen2 in memory with this width (0 = tiny world model)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--rows", type=int, default=32, help="responses per mini-batch (one update)")
-    ap.add_argument("--prompt-len", type=int, default=16)
-    ap.add_argument("--seq-len", type=int, default=64, help="max response length (lengths uniform in [len/2, len])")
-    ap.add_argument("--micro-batch-tokens", type=int, default=1024)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny-run",
+                    help="the update's rows, lengths and micro-batch budget (SHAPES); the flags below override it")
+    ap.add_argument("--rows", type=int, default=None, help="responses per mini-batch (one update)")
+    ap.add_argument("--prompt-len", type=int, default=None)
+    ap.add_argument("--seq-len", type=int, default=None, help="max response length (lengths uniform in [len/2, len])")
+    ap.add_argument("--micro-batch-tokens", type=int, default=None)
     ap.add_argument("--updates", type=int, default=6, help="timed updates per side in each round")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="paired rounds; the median ratio and its spread count")
     ap.add_argument("--entropy-coef", type=float, default=1e-3, help="alpha > 0 also backprops the entropy")
@@ -46,7 +60,11 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0, help="torch threads on CPU (0 = torch default)")
     ap.add_argument("--no-freeze", action="store_true", help="leave the start-up heap to full garbage collections "
                     "(what the learner rank did before actors.cluster.heap)")
-    return ap.parse_args()
+    args = ap.parse_args()
+    for key, value in SHAPES[args.shape].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
 def model_dir(args: argparse.Namespace, tmp: str) -> tuple[str, int]:
