@@ -69,20 +69,23 @@ def configs(steps: int, run_dir: Path, tag: str, extra: list[str]):
 
 
 class BusyCores:
-    """``on_step`` hook: the machine's busy core-seconds (every process, psutil's system CPU times), the
-    wall clock and each process's CPU seconds at each step's end; ``steady()`` covers steps 1.. (from
-    step 0's end to the last's)."""
+    """``on_step`` hook: the machine's busy core-seconds (every process, psutil's system CPU times) and
+    the wall clock at each step's end, and each process's CPU seconds at the first and the last of
+    ``steps`` (a snapshot of every process takes ~10 ms, which each step would pay in the driver);
+    ``steady()`` covers steps 1.. (from step 0's end to the last's)."""
 
-    def __init__(self):
+    def __init__(self, steps: int):
+        self.steps = steps
         self.marks: list[tuple[float, float]] = []
         self.first: dict[int, tuple[str, float]] = {}
         self.last: dict[int, tuple[str, float]] = {}
 
     def __call__(self, learner, actors, metrics) -> None:
         self.marks.append((time.monotonic(), busy_core_seconds()))
-        self.last = process_cpu_seconds()
         if len(self.marks) == 1:
-            self.first = self.last
+            self.first = process_cpu_seconds()
+        elif len(self.marks) == self.steps:
+            self.last = process_cpu_seconds()
 
     def steady(self) -> dict:
         if len(self.marks) < 2:
@@ -153,7 +156,7 @@ def main() -> None:
         for mode in (args.order if rnd % 2 == 0 else args.order[::-1]):
             print(f"[bench] === round {rnd + 1}/{args.rounds}: {mode} ({MODES[mode]}), {args.steps} steps ===",
                   flush=True)
-            cores = BusyCores()
+            cores = BusyCores(args.steps)
             out[mode] = timings(run(cfgs[mode], on_step=cores), cores)
         rounds.append(report_round(out))
     attained = [r["bound"]["attained"] for r in rounds]
