@@ -200,7 +200,7 @@ class Admission:
             return
         if self._look is None or self._look.step != step:
             self._look = _LookAhead(step)
-            self._predicted.clear()          # an earlier step's: collected by now, or read again
+            self._predicted.clear()          # an earlier step's: used by now, or computed again
         ahead, need, lost = self._look, self.cfg.batch.rollout_batch, self._look.lost
         while ahead.valid < need:
             got = self.buffer.take_groups(self.cfg.consumer, need - ahead.valid, 0)

@@ -42,13 +42,13 @@ class AdvantageResult:
     @functools.cached_property
     def metrics(self) -> dict[str, float]:
         """Computed when first asked: the learner admits groups one at a time and reads none of these
-        (a third of a small group's cost)."""
-        base, penalty, present, truncated, kept = self._parts
+        (~40% of a 16-response group's cost)."""
+        base, penalty, present, truncated, before_rejection = self._parts
         return {
             "advantage/groups": float(truncated.shape[0]),
             "advantage/zero_groups": float(self.zero_groups.sum()),
             "advantage/rejected_groups": float((~self.keep_groups).sum()),
-            "advantage/masked_responses": float((present & ~kept).sum()),
+            "advantage/masked_responses": float((present & ~before_rejection).sum()),
             "advantage/abs_mean": float(masked_mean(self.advantages.abs(), self.loss_mask)),
             "reward/mean": float(masked_mean(base, present)),
             "reward/shaped_mean": float(masked_mean(self.rewards, present)),
@@ -165,9 +165,10 @@ def compute_advantages(
     adv = adv.masked_fill(~loss_mask, 0.0)
     zero_groups = ~((adv != 0) & loss_mask).any(dim=1)                 # (G,)
     keep_groups = ~zero_groups if cfg.reject_zero_advantage else torch.ones_like(zero_groups)
-    kept = loss_mask
+    before_rejection = loss_mask
     loss_mask = loss_mask & keep_groups.unsqueeze(1)
-    return AdvantageResult(adv, loss_mask, keep_groups, zero_groups, rewards, (base, penalty, present, truncated, kept))
+    return AdvantageResult(adv, loss_mask, keep_groups, zero_groups, rewards,
+                           (base, penalty, present, truncated, before_rejection))
 
 
 def broadcast_to_tokens(advantages: Tensor, token_mask: Tensor) -> Tensor:
