@@ -12,8 +12,8 @@ Loop (one iteration per engine step):
      (`location_for`). While a pinned request runs, the weights never change (step 1 waits), so its
      responses come from one version; prompts that need other weights are held until then;
   3. one `LLMEngine.step()` (continuous batching over every request in flight);
-  4. finished groups go to the reward pool (in a thread, so scoring overlaps generation), and
-     scored groups are written to `groups` together with the ACK of their prompt (one Redis
+  4. finished groups go to the reward pool (in a thread, so scoring overlaps generation; those one
+     engine step finished share a call per reward worker), and scored groups are written to `groups` together with the ACK of their prompt (one Redis
      transaction: a prompt is acknowledged iff its group is stored).
 A prompt taken but not finished when the actor dies stays pending in Redis and is reclaimed by
 another actor after `reclaim_idle_ms`; Ray restarts the actor and re-runs `run()`.
@@ -63,7 +63,8 @@ class _Scoring:
     buffer: object
     entry_id: str
     group: Group
-    future: Future
+    future: Future | None = None     # scores the groups of one call (_submit_scoring)
+    index: int = 0                   # this group's place among them
 
 
 def eval_run_id(run_id: str) -> str:
@@ -122,9 +123,10 @@ class GenerationActorImpl:
         self._in_flight: dict[str, _InFlight] = {}
         self._held: list[_Held] = []           # taken, waiting for their version (oldest first)
         self._scoring: list[_Scoring] = []
-        # one scoring call in flight per reward worker (a burst of groups finishing together is
-        # scored at the pool's width, not 4 at a time: 16 workers on a 16-core GPU host)
-        threads = max(4, getattr(reward_scorer, "parallelism", 0))
+        # the groups an engine step finishes go out in one scoring call per reward worker at most
+        # (_submit_scoring): a burst is scored at the pool's width (16 workers on a 16-core GPU host)
+        self._scoring_width = max(1, getattr(reward_scorer, "parallelism", 1))
+        threads = max(4, self._scoring_width)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{actor_id}-reward")
         self.stats = _Stats()
         self._last_beat = 0.0
@@ -279,9 +281,7 @@ class GenerationActorImpl:
         if self.engine.has_unfinished_requests():
             with self._engine_lock:
                 outputs = self.engine.step()
-            for out in outputs:
-                if out.finished:
-                    self._finish(out)
+            self._submit_scoring([self._finish(out) for out in outputs if out.finished])
         self._flush_scored(block=False)
         self._heartbeat()
         if not self._in_flight:
@@ -436,7 +436,7 @@ class GenerationActorImpl:
         self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, now,
                                                 {**trace, "loaded": self._loaded_at, "started": now})
 
-    def _finish(self, out) -> None:
+    def _finish(self, out) -> _Scoring:
         job = self._in_flight.pop(out.request_id)
         responses = []
         for c in out.outputs:
@@ -452,18 +452,34 @@ class GenerationActorImpl:
                       step=p.step, stage=p.stage, max_tokens=p.max_tokens, prompt_ids=p.prompt_ids, answer=p.answer,
                       responses=responses, actor_id=self.actor_id, created_at=job.taken_at,
                       finished_at=now, trace={**job.trace, "generated": now})
-        future = self._pool.submit(self._score, [r.token_ids for r in responses], p.answer, p.data_source)
-        self._scoring.append(_Scoring(job.buffer, job.entry_id, group, future))
+        return _Scoring(job.buffer, job.entry_id, group)
 
-    def _score(self, token_ids: list[np.ndarray], answer: str, data_source: str) -> tuple[list, float]:
-        """(one result per response, the unix time the results came back). The text scored is what
-        vLLM's detokenizer gives for those tokens (special tokens skipped; equal on 3200 tiny samples)."""
-        texts = self._tokenizer.batch_decode([ids.tolist() for ids in token_ids], skip_special_tokens=True)
+    def _submit_scoring(self, finished: list[_Scoring]) -> None:
+        """Score the groups one engine step finished in at most one call per reward worker: groups finish
+        in bursts at the end of a batch, and a call per group cost ~2 ms of CPU on each side, more
+        than math-verify takes for a small group. Up to the pool's width they still go one per call."""
+        width = min(len(finished), self._scoring_width)
+        for k in range(width):
+            calls = finished[k::width]
+            future = self._pool.submit(self._score, [job.group for job in calls])
+            for i, job in enumerate(calls):
+                job.future, job.index = future, i
+        self._scoring += finished
+
+    def _score(self, groups: list[Group]) -> tuple[list, float]:
+        """(per group its results or the exception its scoring raised, the unix time they came back). The
+        text scored is what vLLM's detokenizer gives for those tokens (special tokens skipped; equal on
+        3200 tiny samples)."""
+        from rewards.result import ScoreRequest
+
+        requests = [ScoreRequest(self._tokenizer.batch_decode([r.token_ids.tolist() for r in g.responses],
+                                                              skip_special_tokens=True), g.answer, g.data_source)
+                    for g in groups]
         if self.scorer is None:   # in-process scoring (tests, single-process tools)
-            from rewards.scoring import score_group
-            results = score_group(texts, answer, data_source)
+            from rewards.scoring import score_requests
+            results = score_requests(requests)
         else:
-            results = self.scorer.score(texts, answer, data_source)
+            results = self.scorer.score_many(requests)
         return results, time.time()
 
     def _flush_scored(self, block: bool) -> None:
@@ -475,7 +491,10 @@ class GenerationActorImpl:
                 remaining.append(job)
                 continue
             try:
-                results, job.group.trace["scored"] = job.future.result()
+                per_group, job.group.trace["scored"] = job.future.result()
+                results = per_group[job.index]
+                if isinstance(results, Exception):
+                    raise results
                 if len(results) != len(job.group.responses):
                     raise ValueError(f"{len(results)} rewards for {len(job.group.responses)} responses")
             except Exception as exc:

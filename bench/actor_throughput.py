@@ -104,10 +104,10 @@ def _cpu_seconds(pid: int) -> float:
 class UnscoredRewards:
     """Benchmark-only scorer: reward 0 for every response, no verification (``--scoring none``)."""
 
-    def score(self, texts, answer, data_source=""):
+    def score_many(self, requests):
         from rewards.result import RewardResult
 
-        return [RewardResult(reward=0.0, reason="wrong", extracted=None) for _ in texts]
+        return [[RewardResult(reward=0.0, reason="wrong", extracted=None) for _ in r.texts] for r in requests]
 
 
 class BareEngineImpl:

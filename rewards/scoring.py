@@ -42,3 +42,16 @@ def score_group(texts: Sequence[str], answer: str, data_source: str = "", cfg: R
 def score_request(req: ScoreRequest, cfg: RewardConfig | None = None,
                   verifier: MathVerifier | None = None) -> list[RewardResult]:
     return score_group(req.texts, req.answer, req.data_source, cfg, kind=req.kind, verifier=verifier)
+
+
+def score_requests(requests: Sequence[ScoreRequest], cfg: RewardConfig | None = None,
+                   verifier: MathVerifier | None = None) -> list[list[RewardResult] | Exception]:
+    """Several groups; a group whose scoring raises (the reward system failing, never a bad answer) gets
+    its exception in its place, so that group alone is dead-lettered, not the others scored with it."""
+    out: list[list[RewardResult] | Exception] = []
+    for req in requests:
+        try:
+            out.append(score_request(req, cfg, verifier))
+        except Exception as exc:
+            out.append(exc)
+    return out

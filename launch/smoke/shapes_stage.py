@@ -57,10 +57,10 @@ class ShapesPlan:
 class Unscored:
     """Reward 0 for every response, not verified: the smoke measures the engine path, not math-verify."""
 
-    def score(self, texts, answer, data_source=""):
+    def score_many(self, requests):
         from rewards.result import WRONG, RewardResult
 
-        return [RewardResult(reward=0.0, reason=WRONG, extracted=None) for _ in texts]
+        return [[RewardResult(reward=0.0, reason=WRONG, extracted=None) for _ in r.texts] for r in requests]
 
 
 def model_dir(ctx: Context, size: str) -> Path:

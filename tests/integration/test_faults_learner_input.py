@@ -140,13 +140,15 @@ def test_driver_sigkill_resumes_from_checkpoint_nothing_lost_nothing_trained_twi
 
 # ----------------------------------------------------------------------------- 2. bad input
 class RaisingRewardPool(RewardPool):
-    """The run's reward pool, except that scoring a group of ``RAISE_SOURCE`` raises (a reward
-    system failure). Module level, so Ray pickles it by reference (workers import this module)."""
+    """The run's reward pool, except that a group of ``RAISE_SOURCE`` comes back failed, as one whose scoring
+    raised in a worker (a reward system failure: ``rewards.scoring.score_requests`` puts the exception in
+    its place). Module level, so Ray pickles it by reference (workers import this module)."""
 
-    def score(self, texts, answer, data_source="", kind=None):
-        if data_source == RAISE_SOURCE:
-            raise RuntimeError("injected scorer failure")
-        return super().score(texts, answer, data_source, kind)
+    def score_many(self, requests):
+        # the groups scored with a failing one are scored: only the failing group is dead-lettered
+        results = super().score_many(requests)
+        return [RuntimeError("injected scorer failure") if r.data_source == RAISE_SOURCE else res
+                for r, res in zip(requests, results)]
 
 
 def _bad_groups(max_bytes: int) -> dict[str, bytes]:

@@ -41,22 +41,24 @@ def test_pool_matches_in_process_scorer(pool):
     remote = pool.score_groups(reqs)
     local = [score_group(r.texts, r.answer, r.data_source, CFG, kind=r.kind) for r in reqs]
     assert remote == local
+    assert pool.score_many(reqs) == local                  # the groups in one call: the same results
     assert [r.reason for r in remote[0]] == ["correct", "wrong", "no_box", "correct"]
     assert [r.reason for r in remote[-2]] == ["correct", "wrong"] and remote[-2][1].reward == 0.5
     stats = pool.stats()
-    assert sum(s["groups_scored"] for s in stats) == len(reqs)
+    assert sum(s["groups_scored"] for s in stats) == 2 * len(reqs)
     assert all(s["groups_scored"] > 0 for s in stats)  # least-loaded dispatch used both workers
 
 
 def test_pool_is_usable_from_another_actor(pool):
-    """GenerationActor receives the pool as `reward_scorer` and calls pool.score(texts, answer, source)."""
+    """GenerationActor receives the pool as `reward_scorer` and calls pool.score_many(requests)."""
     copy = pickle.loads(pickle.dumps(pool))
 
     @ray.remote(num_cpus=0)
     def call_from_elsewhere(p):
-        return p.score([r"\boxed{7}", r"\boxed{8}"], "7", "aime25")
+        return p.score_many([ScoreRequest([r"\boxed{7}", r"\boxed{8}"], "7", "aime25"),
+                             ScoreRequest([r"\boxed{3}"], "4", "aime25")])
 
     results = ray.get(call_from_elsewhere.remote(copy))
-    assert [r.reward for r in results] == [1.0, 0.0]
+    assert [[r.reward for r in group] for group in results] == [[1.0, 0.0], [0.0]]
     # a generation actor keeps one scoring call in flight per worker: the copy it gets knows the width
     assert copy.parallelism == pool.parallelism == len(pool.workers) == 2

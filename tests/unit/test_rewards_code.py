@@ -9,7 +9,7 @@ import pytest
 from rewards.code_reward import is_test_spec, parse_test_spec, score_code, stdout_matches, value_matches
 from rewards.config import RewardConfig
 from rewards.sandbox.runner import CodeTest, SandboxLimits, run_tests
-from rewards.scoring import resolve_kind, score_group
+from rewards.scoring import resolve_kind, score_group, score_requests
 
 CFG = RewardConfig(code_test_timeout_s=1.0, code_memory_mb=256)
 ADD_STDIO = json.dumps({"inputs": ["1 2\n", "3 4\n", "10 -5\n"], "outputs": ["3\n", "7\n", "5\n"]})
@@ -130,6 +130,17 @@ def test_routing():
         resolve_kind("1", kind="chess")  # type: ignore[arg-type]
     results = score_group([block("def f(x):\n    return x * x"), "nope"], SQUARE_ASSERTS, "mbpp", CFG)
     assert [r.reason for r in results] == ["correct", "no_code"]
+
+
+def test_many_groups_in_one_call_a_failing_group_fails_alone():
+    """What a reward worker returns for the groups an actor scored together: a group whose scoring
+    raises gets its exception in its place; the groups before and after it are scored."""
+    from rewards.result import ScoreRequest
+
+    square = ScoreRequest([block("def f(x):\n    return x * x")], SQUARE_ASSERTS, "mbpp")
+    out = score_requests([square, ScoreRequest(["1"], "1", kind="chess"), ScoreRequest(["nope"], SQUARE_ASSERTS)], CFG)
+    assert [r.reason for r in out[0]] == ["correct"] and [r.reason for r in out[2]] == ["no_code"]
+    assert isinstance(out[1], ValueError) and "chess" in str(out[1])
 
 
 def test_all_or_nothing_runs_no_test_after_a_timeout_fraction_runs_them_until_its_cap():
