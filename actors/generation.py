@@ -13,8 +13,9 @@ Loop (one iteration per engine step):
      responses come from one version; prompts that need other weights are held until then;
   3. one `LLMEngine.step()` (continuous batching over every request in flight);
   4. finished groups go to the reward pool (in a thread, so scoring overlaps generation; those one
-     engine step finished share a call per reward worker), and scored groups are written to `groups` together with the ACK of their prompt (one Redis
-     transaction: a prompt is acknowledged iff its group is stored).
+     engine step finished share a call per reward worker), and scored groups are written to
+     `groups` together with the ACK of their prompt (one Redis transaction: a prompt is
+     acknowledged iff its group is stored).
 A prompt taken but not finished when the actor dies stays pending in Redis and is reclaimed by
 another actor after `reclaim_idle_ms`; Ray restarts the actor and re-runs `run()`.
 """

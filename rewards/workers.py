@@ -13,8 +13,9 @@ those subprocesses. The pool sends each call to the worker with the fewest calls
 (least-loaded), which keeps one slow group (a code sandbox timing out) from queueing fast math
 groups behind it the way round-robin would. A call holds one group or several (``score_many``: a
 generation actor sends the groups one engine step finished in at most one call per worker; a Ray
-call costs ~2 ms of CPU on each side, more than math-verify needs for a small group). `score_group` (in-process, same semantics) is
-re-exported here for callers that have no Ray (tests, evaluation, GenerationActor's default).
+call costs ~2 ms of CPU on each side, more than math-verify needs for a small group).
+`score_group` (in-process, same semantics) is re-exported here for callers that have no Ray
+(tests, evaluation, GenerationActor's default).
 """
 
 from __future__ import annotations
