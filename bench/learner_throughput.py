@@ -35,7 +35,7 @@ from bench.paired import ROUNDS, ratio_line  # noqa: E402
 # tiny world's 3-5 token prompts, responses of 6-12 tokens (its runs average ~7, at most 11-16) and its
 # 4096-token micro-batches (``launch.worlds.tiny.scale``): 2 micro-batches. ``small-batches``: the
 # bench's default until 2026-11-28, 32 responses of 32-64 tokens in 1024-token micro-batches (3), where
-# the per-micro-batch work (entropy, metrics) weighs 3x more per token than in a tiny run.
+# the per-micro-batch overhead (metrics, small ops) weighs ~4x more per token than in a tiny run.
 SHAPES = {
     "tiny-run": {"rows": 512, "prompt_len": 5, "seq_len": 12, "micro_batch_tokens": 4096},
     "small-batches": {"rows": 32, "prompt_len": 16, "seq_len": 64, "micro_batch_tokens": 1024},
