@@ -28,7 +28,7 @@ import ray
 
 from rewards.config import RewardConfig
 from rewards.math_verifier import MathVerifier
-from rewards.result import Kind, RewardResult, ScoreRequest
+from rewards.result import RewardResult, ScoreRequest
 from rewards.sandbox import sweep_stale_cgroups
 from rewards.scoring import score_group, score_request, score_requests
 
@@ -53,7 +53,7 @@ class _RewardWorkerImpl:
     def score_many(self, requests: list[ScoreRequest]) -> list[list[RewardResult] | Exception]:
         """Several groups in one call (``rewards.scoring.score_requests``)."""
         results = score_requests(requests, self.cfg, self.verifier)
-        self.groups_scored += len(requests)
+        self.groups_scored += sum(not isinstance(r, Exception) for r in results)   # as score: raised, not scored
         return results
 
     def stats(self) -> dict:
@@ -131,11 +131,6 @@ class RewardPool:
     def score_groups(self, items: Sequence[ScoreRequest]) -> list[list[RewardResult]]:
         """Score many groups in parallel; results in input order."""
         return ray.get([self.submit(item) for item in items])
-
-    def score(self, texts: Sequence[str], answer: str, data_source: str = "",
-              kind: Kind | None = None) -> list[RewardResult]:
-        """Blocking, one group."""
-        return ray.get(self.submit(ScoreRequest(list(texts), answer, data_source, kind)))
 
     def score_many(self, requests: Sequence[ScoreRequest]) -> list[list[RewardResult] | Exception]:
         """Blocking, several groups in one call: the `scorer.score_many(requests)` GenerationActor calls."""
