@@ -176,7 +176,8 @@ def limits_from(cfg: RewardConfig) -> SandboxLimits:
                          tmpfs_mb=cfg.code_tmpfs_mb, namespaces=cfg.code_use_namespaces,
                          hidden_paths=cfg.code_hidden_paths, cpus=cfg.code_cpus,
                          # all or nothing: one timeout decides the reward
-                         max_timeouts=1 if cfg.code_all_or_nothing else cfg.code_max_timeouts)
+                         max_timeouts=1 if cfg.code_all_or_nothing else cfg.code_max_timeouts,
+                         total_s=cfg.code_response_timeout_s)
 
 
 def score_code(text: str, answer: str, cfg: RewardConfig | None = None) -> RewardResult:

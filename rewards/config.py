@@ -71,7 +71,7 @@ class RewardConfig(BaseModel):
         "working directory (when mount namespaces are available).")
     code_max_tests: int = Field(
         64, ge=1, le=10_000, description="Tests beyond this many in one spec are ignored (bounds one "
-        "response's sandbox time; a response's timeouts are bounded by code_max_timeouts).")
+        "response's sandbox time, with code_max_timeouts and code_response_timeout_s).")
     code_max_chars: int = Field(
         100_000, ge=100, le=10_000_000, description="Longer extracted programs are rejected unrun.")
     code_all_or_nothing: bool = Field(
@@ -82,6 +82,12 @@ class RewardConfig(BaseModel):
         "out, the rest are not run and count as timed out. A program that sleeps in every test would "
         "otherwise hold its group for code_max_tests timeouts (64 x 4 s at the defaults: a group of 16 "
         "on one worker, over an hour), long enough to go stale and escape its negative reward.")
+    code_response_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="Wall clock of all a response's tests together: once spent, the test "
+        "running is stopped as timed out and the rest are not run (they count as timed out). A program that "
+        "ends each test just inside code_test_timeout_s counts no timeout, so code_max_timeouts alone would let "
+        "it hold the worker for code_max_tests x code_test_timeout_s (~250 s a response at the defaults); "
+        "the default leaves 64 tests ~0.5 s each.")
     code_use_namespaces: bool = Field(
         True, description="Isolate each program in new network/mount/pid/ipc namespaces when the host "
         "allows it (root or unprivileged user namespaces). False only to exercise the fallback path.")

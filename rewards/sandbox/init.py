@@ -21,6 +21,7 @@ launcher itself plays init (a child subreaper, so orphans stay countable).
 
 import ctypes
 import json
+import math
 import os
 import resource
 import secrets
@@ -123,7 +124,8 @@ class _Siblings:
 
 
 def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, mods: _Siblings,
-              unseen, budget: "_ValueBudget") -> dict:
+              unseen, budget: "_ValueBudget", ends: float) -> dict:
+    """Run one test; its wall clock ends at timeout_s or at ``ends`` (the response's budget), the sooner."""
     paths = {name: os.path.join(cap_dir, f"{index}.{name}") for name in ("in", "out", "err", "val")}
     with open(paths["in"], "w", encoding="utf-8") as f:
         f.write(test.get("stdin", ""))
@@ -147,7 +149,8 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     for fd in (stdin, out, err, val):
         os.close(fd)
     main = judge or program
-    stop, peak = _watch(main, start + job["timeout_s"], job["memory_mb"] << 20, job["max_procs"], judge, unseen)
+    stop, peak = _watch(main, min(start + job["timeout_s"], ends), job["memory_mb"] << 20, job["max_procs"], judge,
+                        unseen)
     duration = time.monotonic() - start
     statuses = []
     if judge:  # before anything is killed: did the program's process end on its own (SIGXCPU, OOM kill)?
@@ -327,12 +330,21 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
         exec(mods.child.PRELUDE, {})
     if "assert" in kinds:
         import ast  # noqa: F401 - the judge parses the test code
-    tests, budget = [], _ValueBudget()
+    tests, budget, stopped = [], _ValueBudget(), ""
+    # the response's wall clock over all its tests: a program that ends each test just inside timeout_s
+    # never counts a timeout, so without it max_timeouts alone would let it hold the worker tests x timeout_s
+    ends = math.inf if job["total_s"] is None else time.monotonic() + job["total_s"]
     for i, t in enumerate(job["tests"]):
-        tests.append(_run_test(job, i, t, work, cap, is_pid1, mods, unseen, budget))
+        tests.append(_run_test(job, i, t, work, cap, is_pid1, mods, unseen, budget, ends))
+        if i + 1 == len(job["tests"]):
+            break
         if tests[-1]["timeout"] and sum(r["timeout"] for r in tests) == job["max_timeouts"]:
-            break                   # the runner counts the rest as timed out
-    _write_report(result_fd, isolation, tests)
+            stopped = "max_timeouts"            # the runner counts the rest as timed out
+            break
+        if time.monotonic() >= ends:
+            stopped = "total_s"
+            break
+    _write_report(result_fd, isolation, tests, stopped)
 
 
 def _unseen_memory(job, mods: _Siblings, isolation: list[str]):
@@ -373,8 +385,9 @@ def _owned_bytes(directory: str, uids: set[int]) -> int:
     return total
 
 
-def _write_report(fd: int, isolation: list[str], tests: list[dict]) -> None:
-    """One JSON line (each test's stdout replaced by its length, "stdout_bytes"), then the stdouts' raw
+def _write_report(fd: int, isolation: list[str], tests: list[dict], stopped: str) -> None:
+    """One JSON line (each test's stdout replaced by its length, "stdout_bytes"; "stopped": the limit that
+    ended the run before its last test, "max_timeouts" or "total_s", else ""), then the stdouts' raw
     bytes in test order. Not inside the JSON: it escapes what a program prints (a control byte becomes
     six bytes, an invalid UTF-8 byte `\\ufffd`), so a program printing 1 MiB of b"\\x01" per test had the
     reward worker buffer and parse six times the output cap (measured: 1.25 GB of worker RSS for one
@@ -383,7 +396,7 @@ def _write_report(fd: int, isolation: list[str], tests: list[dict]) -> None:
     for test in tests:
         blobs.append(test.pop("stdout"))
         test["stdout_bytes"] = len(blobs[-1])
-    _write_all(fd, json.dumps({"isolation": isolation, "tests": tests}).encode() + b"\n")
+    _write_all(fd, json.dumps({"isolation": isolation, "tests": tests, "stopped": stopped}).encode() + b"\n")
     for blob in blobs:
         _write_all(fd, blob)
 

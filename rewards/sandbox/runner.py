@@ -27,8 +27,9 @@ tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was i
     tmpfs that vanish with the sandbox; the host-side temporary directory is removed afterwards;
   * bounded time: a wall-clock limit per test enforced by the sandbox's init, RLIMIT_CPU as a
     backstop, no test run after `max_timeouts` of them timed out (the code reward's cap:
-    code_max_timeouts, or 1 when all or nothing), and an overall deadline here after which the
-    launcher's session is SIGKILLed;
+    code_max_timeouts, or 1 when all or nothing) or once the tests together took `total_s` (the code
+    reward's code_response_timeout_s: a program ending each test just inside its limit counts no
+    timeout), and an overall deadline here after which the launcher's session is SIGKILLed;
   * bounded memory, per sandbox as a whole: the launcher is moved into a fresh memory cgroup (limit
     = memory_mb, no swap) before it forks anything, so the kernel charges everything the program
     holds, including memory no process maps (memfd and tmpfs files, SysV segments, pipe and socket
@@ -148,6 +149,10 @@ class SandboxLimits:
     # every test would otherwise hold its group for tests x timeout seconds (64 x 4 s a response at the
     # defaults), long enough to go stale and so escape its negative reward; None: run every test
     max_timeouts: int | None = None
+    # wall clock of all the tests together: once spent, the test running is stopped as timed out and the
+    # rest are not run (they count as timed out). One that ends each test just inside timeout_s never
+    # counts a timeout, so max_timeouts alone does not bound it; None: no such budget
+    total_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -211,7 +216,7 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
                "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
                "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
                "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base,
-               "hidden": hidden_paths(limits), "max_timeouts": limits.max_timeouts}
+               "hidden": hidden_paths(limits), "max_timeouts": limits.max_timeouts, "total_s": limits.total_s}
         cgroup = sandbox_cgroup.create(limits.memory_mb << 20, limits.cpus) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", INIT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
@@ -252,14 +257,24 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
     iso = tuple(report["isolation"])
     results = report["tests"]
     timed_out = sum(r["timeout"] for r in results)
-    stopped = (limits.max_timeouts is not None and 0 < len(results) < len(tests) and results[-1]["timeout"]
-               and timed_out == limits.max_timeouts)
-    if len(results) != len(tests) and not stopped:
+    stopped = report.get("stopped", "")
+    if len(results) != len(tests) and not _stopped_early(stopped, results, len(tests), limits):
         return [_failed(f"sandbox reported {len(results)} results for {len(tests)} tests")] * len(tests)
     ran = [_result(t, r, iso) for t, r in zip(tests, results)]
-    skipped = _failed(f"not run: {timed_out} test(s) timed out, the last test {len(ran) - 1} (max_timeouts)",
-                      timeout=True)
-    return ran + [skipped] * (len(tests) - len(ran))
+    if stopped == "total_s":
+        why = f"the response's tests used its {limits.total_s:g} s (total_s) by the end of test {len(ran) - 1}"
+    else:
+        why = f"{timed_out} test(s) timed out, the last test {len(ran) - 1} (max_timeouts)"
+    return ran + [_failed(f"not run: {why}", timeout=True)] * (len(tests) - len(ran))
+
+
+def _stopped_early(stopped: str, results: list[dict], n_tests: int, limits: SandboxLimits) -> bool:
+    """init ran fewer than all the tests for a limit that allows it (checked, not taken on its word)."""
+    if not 0 < len(results) < n_tests:
+        return False
+    if stopped == "max_timeouts":
+        return results[-1]["timeout"] and sum(r["timeout"] for r in results) == limits.max_timeouts
+    return stopped == "total_s" and limits.total_s is not None
 
 
 def _parse_report(out: bytes) -> dict:

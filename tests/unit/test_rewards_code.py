@@ -167,3 +167,24 @@ def test_all_or_nothing_runs_no_test_after_a_timeout_fraction_runs_them_until_it
     assert capped.reward == 0.0 and capped.reason == "timeout", capped
     runs = run_tests("import time\ntime.sleep(60)", [CodeTest("stdio")] * 6, SandboxLimits(timeout_s=0.5, max_timeouts=2))
     assert [r.error.startswith("not run: 2 test(s) timed out") for r in runs] == [False] * 2 + [True] * 4, runs
+
+
+def test_a_program_ending_each_test_just_inside_its_limit_is_stopped_by_the_response_budget():
+    # sleeps 0.4 s of a 0.5 s limit, so no test times out and max_timeouts never binds; the response's 1 s
+    # (total_s) stops the test running when it is spent and leaves the rest unrun, counted as timed out
+    # (whatever the machine's load: a slower test only means fewer of them run)
+    sleeper = "import time\ntime.sleep(0.4)\nprint(input())"
+    runs = run_tests(sleeper, [CodeTest("stdio", stdin="7\n")] * 8, SandboxLimits(timeout_s=0.5, max_timeouts=2, total_s=1.0))
+    ran = [r for r in runs if not r.error.startswith("not run")]
+    assert 1 <= len(ran) <= 3 and len(runs) == 8, runs
+    assert all(r.success and r.stdout == "7\n" for r in ran[:-1]), ran
+    assert ran[-1].timeout or ran[-1].success, ran[-1]
+    assert all(r.timeout and "(total_s) by the end of test" in r.error for r in runs[len(ran):]), runs
+    # through the reward: the tests it passed in time count, the rest are timeouts
+    spec = json.dumps({"inputs": ["7\n"] * 8, "outputs": ["7\n"] * 8})
+    cfg = CFG.model_copy(update={"code_test_timeout_s": 0.5, "code_response_timeout_s": 1.0})
+    out = score_code(block(sleeper), spec, cfg)
+    assert out.reason == "timeout" and out.reward <= 2 / 8, out
+    # without the budget every test runs (and passes): the hole it closes
+    assert all(r.success for r in run_tests(sleeper, [CodeTest("stdio", stdin="7\n")] * 3,
+                                            SandboxLimits(timeout_s=0.5, max_timeouts=2)))
