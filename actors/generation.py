@@ -37,6 +37,8 @@ from buffer.codec import encode_group
 from buffer.keys import entry_time
 from buffer.messages import Group, PromptMsg, Response
 from buffer.wake import StreamWatch
+from rewards.config import RewardConfig
+from rewards.scoring import may_run_code
 
 
 @dataclass
@@ -64,8 +66,9 @@ class _Scoring:
     buffer: object
     entry_id: str
     group: Group
-    future: Future | None = None     # scores the groups of one call (_submit_scoring)
+    future: Future | None = None     # scores the groups of one call (_submit_call)
     index: int = 0                   # this group's place among them
+    call_size: int = 1               # how many groups that call holds
 
 
 def eval_run_id(run_id: str) -> str:
@@ -127,6 +130,7 @@ class GenerationActorImpl:
         # the groups an engine step finishes go out in one scoring call per reward worker at most
         # (_submit_scoring): a burst is scored at the pool's width (16 workers on a 16-core GPU host)
         self._scoring_width = max(1, getattr(reward_scorer, "parallelism", 1))
+        self._reward_cfg = getattr(reward_scorer, "cfg", None) or RewardConfig()   # which groups may run code
         threads = max(4, self._scoring_width)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{actor_id}-reward")
         self.stats = _Stats()
@@ -282,7 +286,7 @@ class GenerationActorImpl:
         if self.engine.has_unfinished_requests():
             with self._engine_lock:
                 outputs = self.engine.step()
-            self._submit_scoring([self._finish(out) for out in outputs if out.finished])
+            self._submit_scoring([job for job in map(self._finish, (o for o in outputs if o.finished)) if job])
         self._flush_scored(block=False)
         self._heartbeat()
         if not self._in_flight:
@@ -437,8 +441,19 @@ class GenerationActorImpl:
         self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, now,
                                                 {**trace, "loaded": self._loaded_at, "started": now})
 
-    def _finish(self, out) -> _Scoring:
+    def _finish(self, out) -> _Scoring | None:
+        """The finished request's group, to be scored; None when its output cannot be read (its prompt is
+        dead-lettered, and the engine step's other groups go on)."""
         job = self._in_flight.pop(out.request_id)
+        try:
+            return self._group_of(job, out)
+        except Exception as exc:  # noqa: BLE001 (one unreadable output must not take its step-mates along)
+            detail = f"{job.prompt.prompt_id}: {type(exc).__name__}: {exc}"[:2000]
+            self.stats.last_error = f"engine_output: {detail}"[:500]
+            job.buffer.reject_prompt(job.entry_id, self.actor_id, "engine_output", detail=detail)
+            return None
+
+    def _group_of(self, job: _InFlight, out) -> _Scoring:
         responses = []
         for c in out.outputs:
             ids = np.asarray(c.token_ids, dtype=np.int32)
@@ -456,16 +471,14 @@ class GenerationActorImpl:
         return _Scoring(job.buffer, job.entry_id, group)
 
     def _submit_scoring(self, finished: list[_Scoring]) -> None:
-        """Score the groups one engine step finished in at most one call per reward worker: groups finish
-        in bursts at the end of a batch, and a call per group cost ~2 ms of CPU on each side, more
-        than math-verify takes for a small group. Up to the pool's width they still go one per call."""
-        width = min(len(finished), self._scoring_width)
-        for k in range(width):
-            calls = finished[k::width]
-            future = self._pool.submit(self._score, [job.group for job in calls])
-            for i, job in enumerate(calls):
-                job.future, job.index = future, i
+        for call in scoring_calls([job.group for job in finished], self._scoring_width, self._reward_cfg):
+            self._submit_call([finished[i] for i in call])
         self._scoring += finished
+
+    def _submit_call(self, call: list[_Scoring]) -> None:
+        future = self._pool.submit(self._score, [job.group for job in call])
+        for i, job in enumerate(call):
+            job.future, job.index, job.call_size = future, i, len(call)
 
     def _score(self, groups: list[Group]) -> tuple[list, float]:
         """(per group its results or the exception its scoring raised, the unix time they came back). The
@@ -493,19 +506,18 @@ class GenerationActorImpl:
                 continue
             try:
                 per_group, job.group.trace["scored"] = job.future.result()
-                results = per_group[job.index]
-                if isinstance(results, Exception):
-                    raise results
-                if len(results) != len(job.group.responses):
-                    raise ValueError(f"{len(results)} rewards for {len(job.group.responses)} responses")
             except Exception as exc:
-                # The scorers turn bad answers into reasons; an exception here is the reward system
-                # failing (e.g. a worker dead past its retries). The group cannot be judged: its prompt
-                # is dead-lettered (counted, with the group as raw) rather than trained on a fake 0.
-                detail = f"group {job.group.group_id}: {type(exc).__name__}: {exc}"[:2000]
-                self.stats.last_error = f"reward_error: {detail}"[:500]
-                job.buffer.reject_prompt(job.entry_id, "reward", "reward_error", detail=detail,
-                                         raw=encode_group(job.group))
+                if job.call_size > 1:   # the call failed as a whole (a worker dead past its retries, say): each
+                    self._submit_call([job])   # group is scored again alone, so only one failing alone is lost
+                    remaining.append(job)
+                else:
+                    self._reward_failed(job, exc)
+                continue
+            results = per_group[job.index]
+            if not isinstance(results, Exception) and len(results) != len(job.group.responses):
+                results = ValueError(f"{len(results)} rewards for {len(job.group.responses)} responses")
+            if isinstance(results, Exception):
+                self._reward_failed(job, results)
                 continue
             for resp, result in zip(job.group.responses, results):
                 resp.reward = float(result.reward)
@@ -515,6 +527,16 @@ class GenerationActorImpl:
             buffer.put_groups(items)
             self.stats.prompts_done += len(items)
         self._scoring = remaining
+        if block and remaining:       # groups of a failed call, now scored alone
+            self._flush_scored(block=True)
+
+    def _reward_failed(self, job: _Scoring, exc: Exception) -> None:
+        """The scorers turn bad answers into reasons; an exception is the reward system failing (e.g. a
+        worker dead past its retries). The group cannot be judged: its prompt is dead-lettered (counted,
+        with the group as raw) rather than trained on a fake 0."""
+        detail = f"group {job.group.group_id}: {type(exc).__name__}: {exc}"[:2000]
+        self.stats.last_error = f"reward_error: {detail}"[:500]
+        job.buffer.reject_prompt(job.entry_id, "reward", "reward_error", detail=detail, raw=encode_group(job.group))
 
     def _drain(self) -> None:
         """On stop: abort unfinished requests (their prompts stay pending for reclaim, as do held
@@ -537,6 +559,18 @@ class GenerationActorImpl:
                         if j.buffer is buffer]
                 if held:
                     buffer.touch_prompts(self.actor_id, held)
+
+
+def scoring_calls(groups: list[Group], width: int, cfg: RewardConfig) -> list[list[int]]:
+    """The reward calls for the groups one engine step finished, as lists of their indices. Math groups
+    share at most ``width`` calls (the pool's workers): groups finish in bursts at the end of a batch, and
+    a call per group cost ~2 ms of CPU on each side, more than math-verify takes for a small group; up to
+    ``width`` they still go one per call. A group that may run code goes alone: its sandboxes may take
+    seconds, and a call returns all its groups at once."""
+    alone = [i for i, g in enumerate(groups) if may_run_code(g.answer, g.data_source, cfg)]
+    math = sorted(set(range(len(groups))) - set(alone))
+    width = min(len(math), width)
+    return [[i] for i in alone] + [math[k::width] for k in range(width)]
 
 
 TAKE_EVERY_S = 0.2     # an actor reads its prompt streams at least this often, whether they grew or not

@@ -8,6 +8,7 @@ answer: those become reasons (bad_gold, no_box, timeout, ...), so a group always
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rewards.code_reward import is_test_spec, score_code_group
@@ -15,6 +16,8 @@ from rewards.config import RewardConfig
 from rewards.math_reward import score_math_group
 from rewards.math_verifier import MathVerifier
 from rewards.result import Kind, RewardResult, ScoreRequest
+
+_JSON_OBJECT_START = re.compile(r"\s*\{")
 
 
 def resolve_kind(answer: str, data_source: str = "", kind: Kind | None = None,
@@ -24,10 +27,21 @@ def resolve_kind(answer: str, data_source: str = "", kind: Kind | None = None,
             raise ValueError(f"unknown reward kind {kind!r}")
         return kind
     cfg = cfg or RewardConfig()
-    source = data_source.lower()
-    if any(source.startswith(prefix.lower()) for prefix in cfg.code_data_sources):
+    if _code_source(data_source, cfg):
         return "code"
     return "code" if is_test_spec(answer) else "math"
+
+
+def may_run_code(answer: str, data_source: str = "", cfg: RewardConfig | None = None) -> bool:
+    """Whether ``resolve_kind`` could route this group to the code sandbox, decided without parsing the
+    answer (a test spec is a JSON object): such a group may take seconds to score, a math one
+    milliseconds, so a caller batching groups into one call keeps it apart."""
+    return _code_source(data_source, cfg or RewardConfig()) or _JSON_OBJECT_START.match(answer) is not None
+
+
+def _code_source(data_source: str, cfg: RewardConfig) -> bool:
+    source = data_source.lower()
+    return any(source.startswith(prefix.lower()) for prefix in cfg.code_data_sources)
 
 
 def score_group(texts: Sequence[str], answer: str, data_source: str = "", cfg: RewardConfig | None = None,

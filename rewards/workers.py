@@ -12,8 +12,9 @@ sandboxes one at a time, so `num_workers` is the scoring parallelism; fractional
 those subprocesses. The pool sends each call to the worker with the fewest calls in flight
 (least-loaded), which keeps one slow group (a code sandbox timing out) from queueing fast math
 groups behind it the way round-robin would. A call holds one group or several (``score_many``: a
-generation actor sends the groups one engine step finished in at most one call per worker; a Ray
-call costs ~2 ms of CPU on each side, more than math-verify needs for a small group).
+generation actor sends the math groups one engine step finished in at most one call per worker, since a
+Ray call costs ~2 ms of CPU on each side, more than math-verify needs for a small group; a group that
+may run code goes alone, as its sandboxes may take seconds).
 `score_group` (in-process, same semantics) is re-exported here for callers that have no Ray
 (tests, evaluation, GenerationActor's default).
 """
@@ -71,7 +72,7 @@ RewardWorker = ray.remote(_RewardWorkerImpl)
 
 class RewardPool:
     """N RewardWorker actors behind least-loaded dispatch. Picklable, so a driver can create one and
-    pass it to generation actors, which call `score` from their scoring threads.
+    pass it to generation actors, which call `score_many` from their scoring threads.
 
     A copy travels as the workers' names, not their handles, and looks them up on arrival: an actor
     constructor argument that holds handles is kept by reference, and a restarted actor could lose
@@ -103,7 +104,7 @@ class RewardPool:
 
     @property
     def parallelism(self) -> int:
-        """Groups the pool scores at once: a caller keeps this many in flight to use every worker."""
+        """Calls the pool runs at once (one per worker): a caller keeps this many in flight to use every worker."""
         return len(self.names)
 
     def submit(self, request: ScoreRequest) -> ray.ObjectRef:

@@ -6,6 +6,7 @@ test uses its own run id, so streams never mix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -21,6 +22,7 @@ from actors.transport.object_store import RayObjectStoreTransport
 from buffer import PromptMsg, RunBuffer
 from buffer.config import BufferConfig
 from rewards.scoring import score_group
+from rewards.workers import RewardPool
 from tests.integration.actor_io import arith_prompts, collect_groups
 
 pytestmark = pytest.mark.integration
@@ -241,3 +243,47 @@ def test_killed_actor_loses_and_duplicates_no_prompt(ray_local, redis_url, tiny_
     finally:                  # a failure must not leave the survivor generating into later tests
         for a in actors:
             ray.kill(a, no_restart=True)
+
+
+POISON = "poison"
+
+
+class WholeCallFailingPool(RewardPool):
+    """The reward pool, except that a call holding a group whose answer is ``POISON`` fails as a whole, as
+    when its worker died past its retries. Module level, so Ray pickles it by reference."""
+
+    def score_many(self, requests):
+        if any(r.answer == POISON for r in requests):
+            raise RuntimeError("reward worker died mid-call")
+        return super().score_many(requests)
+
+
+def test_a_call_that_fails_as_a_whole_loses_only_the_group_that_fails_alone(ray_local, redis_url, tiny_world, tok):
+    # one reward worker: the groups an engine step finishes share one call. One token each: the four
+    # prompts, taken together, finish in the same engine step. Their call fails; each group is scored again
+    # alone, so the three healthy ones are stored and only the poisoned one is dead-lettered
+    run_id = f"call-{uuid.uuid4().hex[:6]}"
+    buf = _buffer(redis_url, run_id)
+    prompts = arith_prompts(tok, run_id, [(1, 2), (2, 3), (3, 4), (4, 5)], n=2, max_tokens=1)
+    prompts[2] = dataclasses.replace(prompts[2], answer=POISON)
+    buf.put_prompts(prompts)                    # before the loop starts: its first take gets all four
+    pool = WholeCallFailingPool(num_workers=1)
+    [actor] = create_generation_actors(_cfg(), run_id, redis_url, str(tiny_world.model_dir), group_size=2,
+                                       reward_scorer=pool)
+    loop = start_loops([actor])
+    try:
+        groups = collect_groups(buf, 3, timeout=120)
+        assert sorted(g.group_id for g in groups) == [p.prompt_id for i, p in enumerate(prompts) if i != 2]
+        assert all(r.reward_info["reason"] for g in groups for r in g.responses)       # scored
+        deadline = time.monotonic() + 30
+        while not (letters := buf.dead_letters(10)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [(d["reason"], prompts[2].prompt_id in d["detail"]) for d in letters] == [("reward_error", True)], letters
+        assert "reward worker died mid-call" in letters[0]["detail"]
+        assert buf.take_groups("test-learner", count=10, block_ms=500) == []
+    finally:
+        fan_out([actor], "stop")
+        ray.get(loop, timeout=60)
+        ray.kill(actor)
+        for worker in pool.workers:
+            ray.kill(worker)
