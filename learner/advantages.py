@@ -167,8 +167,10 @@ def compute_advantages(
     keep_groups = ~zero_groups if cfg.reject_zero_advantage else torch.ones_like(zero_groups)
     before_rejection = loss_mask
     loss_mask = loss_mask & keep_groups.unsqueeze(1)
+    # the metrics are computed later, if ever: copies of what may be the caller's own tensors (bool and
+    # float32 inputs pass through unconverted), which it may change meanwhile
     return AdvantageResult(adv, loss_mask, keep_groups, zero_groups, rewards,
-                           (base, penalty, present, truncated, before_rejection))
+                           (base.clone(), penalty, present.clone(), truncated.clone(), before_rejection))
 
 
 def broadcast_to_tokens(advantages: Tensor, token_mask: Tensor) -> Tensor:

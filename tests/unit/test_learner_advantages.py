@@ -156,3 +156,14 @@ def test_garbage_rewards_in_padding_slots_never_leak(estimator, expected):
         assert res.loss_mask.tolist() == [[T, T, T, F]] and res.keep_groups.tolist() == [T]
         assert res.metrics["reward/mean"] == pytest.approx(2 / 3)
         assert all(math.isfinite(v) for v in res.metrics.values())
+
+
+def test_metrics_read_later_are_those_of_the_inputs_as_given():
+    # metrics are computed when first read: a caller that reuses its input tensors meanwhile does not change them
+    rewards, truncated, present = torch.tensor([[1.0, 0, 1, 0]]), torch.tensor([[T, F, F, F]]), torch.tensor([[T, T, T, F]])
+    res = compute_advantages(rewards, torch.full((1, 4), 10), truncated, AdvantageConfig(), None, present)
+    rewards.zero_()
+    truncated.fill_(F)
+    present.fill_(T)
+    assert res.metrics["reward/mean"] == pytest.approx(2 / 3)
+    assert res.metrics["response/truncated_frac"] == pytest.approx(1 / 3)
