@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -81,10 +82,10 @@ class BusyCores:
         self.last: dict[int, tuple[str, float]] = {}
 
     def __call__(self, learner, actors, metrics) -> None:
-        self.marks.append((time.monotonic(), busy_core_seconds()))
-        if len(self.marks) == 1:
+        if not self.marks:                  # before the mark: the snapshot's own ~10 ms stays outside the window
             self.first = process_cpu_seconds()
-        elif len(self.marks) == self.steps:
+        self.marks.append((time.monotonic(), busy_core_seconds()))
+        if len(self.marks) == self.steps:
             self.last = process_cpu_seconds()
 
     def steady(self) -> dict:
@@ -144,6 +145,10 @@ def main() -> None:
     args, extra = ap.parse_known_args()
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="async-vs-sync-"))
     tag = time.strftime("avs-%H%M%S")
+    if len(os.sched_getaffinity(0)) < psutil.cpu_count():
+        print(f"[bench] warning: this process may use {len(os.sched_getaffinity(0))} of the machine's "
+              f"{psutil.cpu_count()} CPUs; the machine's bound counts every CPU's busy time and needs a machine "
+              "of its own", flush=True)
 
     from launch.run.driver import init_ray, run
 
@@ -214,7 +219,7 @@ def async_bound(sync: dict, asyn: dict) -> dict:
     sync_step = sync["steady_s"] / max(sync["steps"] - 1, 1)
     async_step = asyn["steady_s"] / max(asyn["steps"] - 1, 1)
     bound_step = max(gen, train)
-    cores = psutil.cpu_count()
+    cores = psutil.cpu_count()      # the machine's: its busy time is read machine-wide (a machine of its own)
     work_step = sync["busy_core_s_per_step"] / cores      # the sync step's work, every core busy
     machine_step = max(bound_step, work_step)
     return {"gen_s": gen, "train_s": train, "sync_step_s": sync_step, "bound_step_s": bound_step,

@@ -269,7 +269,9 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
 
 
 def _stopped_early(stopped: str, results: list[dict], n_tests: int, limits: SandboxLimits) -> bool:
-    """init ran fewer than all the tests for a limit that allows it (checked, not taken on its word)."""
+    """init ran fewer than all the tests for a limit this run set: for max_timeouts, the count of timed-out
+    tests, the last among them, bears it out; for total_s, init's own clock is the measure (the program
+    cannot write the report: it comes from init, before and after each forked test)."""
     if not 0 < len(results) < n_tests:
         return False
     if stopped == "max_timeouts":
