@@ -286,7 +286,8 @@ class GenerationActorImpl:
         if self.engine.has_unfinished_requests():
             with self._engine_lock:
                 outputs = self.engine.step()
-            self._submit_scoring([job for job in map(self._finish, (o for o in outputs if o.finished)) if job])
+            finished = [self._finish(out) for out in outputs if out.finished]
+            self._submit_scoring([job for job in finished if job is not None])   # None: dead-lettered
         self._flush_scored(block=False)
         self._heartbeat()
         if not self._in_flight:
@@ -567,8 +568,9 @@ def scoring_calls(groups: list[Group], width: int, cfg: RewardConfig) -> list[li
     a call per group cost ~2 ms of CPU on each side, more than math-verify takes for a small group; up to
     ``width`` they still go one per call. A group that may run code goes alone: its sandboxes may take
     seconds, and a call returns all its groups at once."""
-    alone = [i for i, g in enumerate(groups) if may_run_code(g.answer, g.data_source, cfg)]
-    math = sorted(set(range(len(groups))) - set(alone))
+    code = [may_run_code(g.answer, g.data_source, cfg) for g in groups]
+    alone = [i for i, is_code in enumerate(code) if is_code]
+    math = [i for i, is_code in enumerate(code) if not is_code]
     width = min(len(math), width)
     return [[i] for i in alone] + [math[k::width] for k in range(width)]
 

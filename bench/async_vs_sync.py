@@ -145,8 +145,9 @@ def main() -> None:
     args, extra = ap.parse_known_args()
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="async-vs-sync-"))
     tag = time.strftime("avs-%H%M%S")
-    if len(os.sched_getaffinity(0)) < psutil.cpu_count():
-        print(f"[bench] warning: this process may use {len(os.sched_getaffinity(0))} of the machine's "
+    usable = len(os.sched_getaffinity(0))
+    if usable < psutil.cpu_count():
+        print(f"[bench] warning: this process may use {usable} of the machine's "
               f"{psutil.cpu_count()} CPUs; the machine's bound counts every CPU's busy time and needs a machine "
               "of its own", flush=True)
 

@@ -8,16 +8,13 @@ answer: those become reasons (bad_gold, no_box, timeout, ...), so a group always
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
-from rewards.code_reward import is_test_spec, score_code_group
+from rewards.code_reward import is_test_spec, may_be_test_spec, score_code_group
 from rewards.config import RewardConfig
 from rewards.math_reward import score_math_group
 from rewards.math_verifier import MathVerifier
 from rewards.result import Kind, RewardResult, ScoreRequest
-
-_JSON_OBJECT_START = re.compile(r"\s*\{")
 
 
 def resolve_kind(answer: str, data_source: str = "", kind: Kind | None = None,
@@ -36,7 +33,7 @@ def may_run_code(answer: str, data_source: str = "", cfg: RewardConfig | None = 
     """Whether ``resolve_kind`` could route this group to the code sandbox, decided without parsing the
     answer (a test spec is a JSON object): such a group may take seconds to score, a math one
     milliseconds, so a caller batching groups into one call keeps it apart."""
-    return _code_source(data_source, cfg or RewardConfig()) or _JSON_OBJECT_START.match(answer) is not None
+    return _code_source(data_source, cfg or RewardConfig()) or may_be_test_spec(answer)
 
 
 def _code_source(data_source: str, cfg: RewardConfig) -> bool:
