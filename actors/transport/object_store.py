@@ -9,7 +9,9 @@ Into the engine: the actor stages the fetched version in one shared-memory file
 (``actors.transport.shm``) and loads it through lagrl's vLLM weight-transfer backend
 (``vllm_engine.LagrlShmEngine``): only the file's path and layout cross vLLM's IPC, so the same
 calls load an in-process engine and one whose core runs in its own process. The file is
-removed once the engine has loaded it, also when loading failed.
+removed once the engine has loaded it, also when loading failed; the node's staging lock is held
+from write to removal, so a node's actors stage one copy at a time (``actors.transport.staging``).
+Attaching sweeps what dead writers of this node left staged.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class RayObjectStoreTransport:
         self.keep = keep
         self._store = None
         self._actor = "actor"
+        self._keepalive: Callable[[], None] | None = None
         self._consistent = True    # False after a load failed part-way (the engine holds two versions)
         self.stats: dict = {}
 
@@ -115,7 +118,10 @@ class RayObjectStoreTransport:
         return {"weight_transfer_config": {"backend": SHM_BACKEND}}
 
     def attach(self, actor_id: str, llm, keepalive: Callable[[], None] | None = None) -> None:
-        self._actor = actor_id
+        from actors.transport.staging import sweep
+
+        self._actor, self._keepalive = actor_id, keepalive
+        sweep()                      # a killed predecessor's staged copy is memory until then
         llm.init_weight_transfer_engine({"init_info": {}})
 
     def poll(self, llm, have: int, published: tuple[int, str], force: bool = False) -> int:
@@ -132,25 +138,30 @@ class RayObjectStoreTransport:
     def load_into(self, llm, location: str) -> None:
         """Fetch the version, stage it in shared memory, load it through the engine's weight transfer."""
         from actors.transport.shm import write_version
+        from actors.transport.staging import node_lock
 
         version = parse_location_version(location)
         t0 = time.monotonic()
-        staged = write_version(self.fetch(location), f"{self._actor}-v{version}")
-        t1 = time.monotonic()
-        started = False
-        try:
-            llm.start_weight_update()
-            started = True
-            llm.update_weights({"update_info": staged.update_info(version)})
-            llm.finish_weight_update()
-        except BaseException:
-            if started:
-                self._consistent = False
-            raise
-        finally:
-            staged.remove()
+        tensors = self.fetch(location)      # views of the object store's memory: no copy yet
+        with node_lock(on_wait=self._keepalive) as wait_s:
+            t1 = time.monotonic()
+            staged = write_version(tensors, f"{self._actor}-v{version}")
+            t2 = time.monotonic()
+            started = False
+            try:
+                llm.start_weight_update()
+                started = True
+                llm.update_weights({"update_info": staged.update_info(version)})
+                llm.finish_weight_update()
+            except BaseException:
+                if started:
+                    self._consistent = False
+                raise
+            finally:
+                staged.remove()
         self._consistent = True
-        self.stats = {"version": version, "bytes": staged.nbytes, "stage_s": t1 - t0, "load_s": time.monotonic() - t1}
+        self.stats = {"version": version, "bytes": staged.nbytes, "lock_wait_s": wait_s,
+                      "stage_s": (t1 - t0 - wait_s) + (t2 - t1), "load_s": time.monotonic() - t2}
 
     def location_for(self, version: int) -> str:
         """Where any of the last ``keep`` versions is (fixed lag: older than the newest one)."""
