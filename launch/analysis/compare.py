@@ -198,11 +198,12 @@ def newest_run(url: str) -> str:
     """The run on the server that was written to last (newest metrics/groups/prompts entry id)."""
     from buffer.keys import RunKeys
     from buffer.monitor import list_runs, read_only_client
+    from launch.run.redact import redact
 
     client = read_only_client(url)
     runs = list_runs(client)
     if not runs:
-        raise LookupError(f"no runs on {url.split('@')[-1]}")
+        raise LookupError(f"no runs on {redact(url)}")
 
     def last_ms(run_id: str) -> int:
         keys = RunKeys(run_id)

@@ -11,7 +11,8 @@ so a tracker holds the same rows under the same names:
   a dict of numbers (``lag/hist``) as ``lag/hist/<key>``; strings (``mode``) and the guard's event
   are left to the files. MLflow forbids ``@`` in names: there ``eval/avg@n`` is ``eval/avg_at_n``
   (:func:`mlflow_name`, the one rule);
-- the resolved config as hyperparameters (flattened to ``learner.lr``-style keys);
+- the resolved config as hyperparameters (flattened to ``learner.lr``-style keys), redacted
+  (``launch.run.redact``): a tracker's files and servers are outside the 0700 run directory;
 - the run id as the tracker's run name (and W&B's run id), so a resumed run continues the same
   tracker run: TensorBoard discards the events of the steps being retrained (``purge_step``), W&B
   resumes the run id, MLflow reopens the run tagged with it.
@@ -29,6 +30,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from launch.run.redact import redact
 from launch.run.trackers.names import flat_config, mlflow_name, scalars  # noqa: F401  (the names' one rule)
 
 Backend = Literal["tensorboard", "wandb", "mlflow"]
@@ -109,8 +111,8 @@ class Trackers:
             try:
                 fn(t)
             except Exception as exc:   # the run matters more than its tracker: report once, drop it
-                self.log(f"[tracking] {t.name} failed to {what} ({type(exc).__name__}: {exc}); "
-                         f"it gets nothing more in this run (metrics.jsonl has every row)")
+                self.log(redact(f"[tracking] {t.name} failed to {what} ({type(exc).__name__}: {exc}); "
+                                f"it gets nothing more in this run (metrics.jsonl has every row)"))
                 self.trackers.remove(t)
                 try:
                     t.close(failed=True)
@@ -146,8 +148,10 @@ def open_trackers(cfg: TrackingConfig, *, name: str, log_dir: str | Path, store_
 
     ``log_dir``: the run's directory (TensorBoard writes ``log_dir/tb``, W&B ``log_dir/wandb``);
     ``store_root``: where a default MLflow file store goes (``store_root/mlruns``); ``start_step``: the
-    first step this process logs (after a resume, the events of later steps from before are replaced)."""
+    first step this process logs (after a resume, the events of later steps from before are replaced).
+    ``hparams`` are redacted here, once for every backend."""
     check_available(cfg.backends)
+    hparams = redact(hparams)
     log_dir, store_root = Path(log_dir), Path(store_root)
     opened: list[Tracker] = []
     try:
@@ -167,5 +171,5 @@ def open_trackers(cfg: TrackingConfig, *, name: str, log_dir: str | Path, store_
             t.close(failed=True)
         raise
     if opened:
-        log(f"[tracking] {'; '.join(t.where for t in opened)}")
+        log(redact(f"[tracking] {'; '.join(t.where for t in opened)}"))   # an MLflow URI may hold a token
     return Trackers(opened, log)

@@ -76,7 +76,9 @@ def _eval_figures(row: dict) -> dict:
 
 
 def _run(cmd: list[str]) -> None:
-    print(f"[pipeline] {shlex.join(cmd)}", flush=True)
+    from launch.run.redact import redact      # --rl_args may carry --buffer.redis_url with its password
+
+    print(f"[pipeline] {shlex.join(redact(cmd))}", flush=True)
     subprocess.run(cmd, check=True, cwd=REPO)
 
 

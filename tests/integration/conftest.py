@@ -22,29 +22,65 @@ import pytest
 
 from actors.cluster.priority import START_ENV
 from tests.conftest import find_free_port
-from tests.integration.harness import TRACKED_RUN_ARGV, alive_redis, kill_pid
+from tests.integration.harness import REPO, TRACKED_RUN_ARGV, alive_redis, console_copy, kill_pid
 
 VENV_BIN = Path(sys.executable).parent
 
 
+@dataclass(frozen=True)
+class TrackedRun:
+    """The shared tracked run, and what it was given and printed (test_run_secrets.py greps them)."""
+    run_path: Path
+    rows: list[dict]
+    evals: list[dict]
+    cfg: object             # the resolved RunConfig
+    redis_url: str          # the password-protected server it ran against (--buffer.redis_url)
+    console: Path           # everything the run printed: sys.stdout/stderr and fds 1/2
+
+
 @pytest.fixture(scope="session")
-def tracked_run(ray_local, tiny_world, tmp_path_factory):
-    """One 3-step tiny run that two modules read, made once (a run start is most of a small run's
-    cost): every tracker on (test_tracking_run.py) and a stage boundary after step 0 (test_stages.py).
-    (run path, step rows, evaluation rows, resolved config)."""
+def tracked_redis(tmp_path_factory):
+    """The tracked run's Redis, handed to it as ``--buffer.redis_url redis://:<password>@127.0.0.1:<port>/0``
+    as a user's external Redis would be (buffer.server.EmbeddedRedis: generated password, loopback, a
+    free port); killed by pid at the end of the session."""
+    from buffer.server import EmbeddedRedis
+
+    server = EmbeddedRedis(tmp_path_factory.mktemp("tracked-redis"), stop_at_exit=False).start()
+    pid = server.pid
+    yield server
+    try:
+        server.stop(timeout_s=10)
+    finally:
+        if alive_redis(pid):
+            kill_pid(pid)
+
+
+@pytest.fixture(scope="session")
+def tracked_run_record(ray_local, tiny_world, tracked_redis, tmp_path_factory) -> TrackedRun:
+    """One 3-step tiny run that three modules read, made once (a run start is most of a small run's
+    cost): every tracker on (test_tracking_run.py), a stage boundary after step 0 (test_stages.py), and
+    a password in its Redis URL that no tracker, log, console line or meta may show (test_run_secrets.py).
+    ``sys.argv`` is the launch command line while it runs, as W&B records it."""
     import json
 
     from launch.cli import build_config
     from launch.run.driver import run
 
-    saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "MLFLOW_TRACKING_URI")}
+    top = tmp_path_factory.mktemp("tracked")
+    run_dir, console = top / "runs", top / "console.log"
+    argv = [*TRACKED_RUN_ARGV, "--buffer.redis_url", tracked_redis.url, "--run_dir", str(run_dir)]
+    saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "MLFLOW_TRACKING_URI", "REDIS_URL")}
+    saved_argv = sys.argv
     os.environ["WANDB_MODE"] = "offline"
     os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.environ.pop("REDIS_URL", None)           # it would win over --buffer.redis_url
     try:
-        run_dir = tmp_path_factory.mktemp("tracked") / "runs"
-        cfg, _ = build_config([*TRACKED_RUN_ARGV, "--run_dir", str(run_dir)], "multistage")
-        result = run(cfg)
+        sys.argv = [str(REPO / "launch" / "ablate.py"), "--preset", "multistage", *argv]
+        with console_copy(console):
+            cfg, _ = build_config(argv, "multistage")
+            result = run(cfg)
     finally:
+        sys.argv = saved_argv
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -53,7 +89,14 @@ def tracked_run(ray_local, tiny_world, tmp_path_factory):
     read = lambda name: [json.loads(line) for line in (result.run_path / name).read_text().splitlines()]  # noqa: E731
     rows, evals = read("metrics.jsonl"), read("evals.jsonl")
     assert [r["step"] for r in rows] == [0, 1, 2] and [e["step"] for e in evals] == [0, 3]
-    return result.run_path, rows, evals, cfg
+    return TrackedRun(result.run_path, rows, evals, cfg, tracked_redis.url, console)
+
+
+@pytest.fixture(scope="session")
+def tracked_run(tracked_run_record):
+    """(run path, step rows, evaluation rows, resolved config) of the shared tracked run."""
+    t = tracked_run_record
+    return t.run_path, t.rows, t.evals, t.cfg
 
 
 @pytest.fixture(scope="module")

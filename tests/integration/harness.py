@@ -7,17 +7,20 @@
     audit_books / assert_books / finished_run_audit   the books of ``buffer.audit``
     run_notebook / png_count                    notebooks/monitor.ipynb executed headless
     alive_redis / kill_pid                      teardown that only ever signals a pid the session started
+    console_copy                                what an in-process run prints, copied into a file
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,8 @@ from rewards.problems import read_jsonl
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "monitor.ipynb"
 TRACKED_RUN_ID = "tracked-3"
-# the shared run's argv (a resume must give the same): 3 tiny multistage steps, a 7-token stage for step 0
+# the shared run's argv (a resume must give the same, and the same --buffer.redis_url: conftest's
+# tracked_redis, a password-protected server): 3 tiny multistage steps, a 7-token stage for step 0
 # (the tiny world's answers run 7 tokens, a few up to ~14, so it cuts the longer ones), then 16 tokens
 TRACKED_RUN_ARGV = ["--tiny", "--steps", "3", "--tracking", "tensorboard,wandb,mlflow",
                     "--learner.checkpoint_every", "1", "--data.stages", '[{"max_tokens": 7, "steps": 1}, {"max_tokens": 16}]',
@@ -330,3 +334,63 @@ def alive_redis(pid: int | None) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE and "redis-server" in p.name()
     except Exception:
         return False
+
+
+# ----------------------------------------------------------------------------- an in-process run's console
+class _Tee(io.TextIOBase):
+    """Writes go to ``stream`` and, while ``copy`` is set, to ``copy`` too. A logging handler created
+    meanwhile keeps this object after :func:`console_copy` ends: it then writes to ``stream`` alone."""
+
+    def __init__(self, stream, copy):
+        self.stream, self.copy = stream, copy
+
+    def write(self, text: str) -> int:
+        copy = self.copy
+        if copy is not None:
+            try:
+                copy.write(text)
+            except ValueError:          # closed by console_copy's end meanwhile (another thread)
+                pass
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        copy = self.copy
+        if copy is not None:
+            try:
+                copy.flush()
+            except ValueError:
+                pass
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+
+@contextmanager
+def console_copy(path: Path) -> Iterator[None]:
+    """Everything this process prints inside the block into ``path``, as a terminal would show it:
+    ``sys.stdout``/``sys.stderr`` (teed: pytest still shows it on a failure) and file descriptors 1 and
+    2 (C libraries, child processes started meanwhile; those go to ``path`` only)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    out = open(path, "w", buffering=1)
+    saved_streams, saved_fds = (sys.stdout, sys.stderr), (os.dup(1), os.dup(2))
+    tees = [_Tee(s, out) for s in saved_streams]
+    try:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        sys.stdout, sys.stderr = tees
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved_streams
+        for tee in tees:
+            tee.flush()
+            tee.copy = None
+        for fd, saved in zip((1, 2), saved_fds):
+            os.dup2(saved, fd)
+            os.close(saved)
+        out.close()

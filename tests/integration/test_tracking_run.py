@@ -87,14 +87,16 @@ def test_wandb_offline_files_equal_the_jsonl(tracked_run):
 
 
 @pytest.mark.slow   # a second driver start (~2 min): the resume path of every tracker through the driver
-def test_a_resumed_run_continues_the_same_tracker_runs(tracked_run):
+def test_a_resumed_run_continues_the_same_tracker_runs(tracked_run_record):
     from launch.cli import build_config
     from launch.run.driver import run
 
-    run_path, rows, evals, cfg = tracked_run
+    t = tracked_run_record
+    run_path, rows = t.run_path, t.rows
     os.environ["WANDB_MODE"] = "offline"
     try:
-        again, _ = build_config([*TRACKED_RUN_ARGV, "--steps", "4", "--run_dir", str(run_path.parent)], "multistage")
+        again, _ = build_config([*TRACKED_RUN_ARGV, "--buffer.redis_url", t.redis_url, "--steps", "4",
+                                 "--run_dir", str(run_path.parent)], "multistage")
         run(again)
     finally:
         os.environ.pop("WANDB_MODE", None)

@@ -135,3 +135,25 @@ def test_a_resume_continues_the_same_tracker_run(tmp_path, monkeypatch):
     assert steps == pytest.approx(expected)
     assert any(h.get("eval/avg@n") == 0.25 and h["step"] == 0 for h in wb[0]["history"])
     assert wb[1]["summary"]["summary/steps"] == 4
+
+
+def test_no_tracker_gets_a_secret(tmp_path, monkeypatch):
+    """A Redis password in the config and on the command line (which W&B records) reaches none of the three
+    backends' files: each gets the redacted config (launch.run.redact); the real run: test_run_secrets.py."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    password = "pw-6f1c0e9a2b7d4c38"
+    url = f"redis://:{password}@127.0.0.1:6390/0"
+    monkeypatch.setattr("sys.argv", ["launch/onpolicy.py", "--tiny", "--buffer.redis_url", url])
+    run_dir, said = tmp_path / "runs" / "r-s", []
+    hparams = {"buffer": {"redis_url": url}, "tracking": {"api_key": password, "mlflow_uri": None}, "steps": 3}
+    trackers = open_trackers(TrackingConfig.model_validate("tensorboard,wandb,mlflow"), name="r-s", log_dir=run_dir,
+                             store_root=run_dir.parent, hparams=hparams, log=said.append)
+    trackers.log_metrics(_row(0, 0.5))
+    trackers.close()
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {"tb", "wandb", "mlruns"} <= {part for p in files for part in p.relative_to(tmp_path).parts}
+    assert [str(p) for p in files if password.encode() in p.read_bytes()] == [] and password not in str(said)
+    hp = tensorboard_hparams(run_dir / "tb")
+    assert hp["buffer.redis_url"] == "redis://:***@127.0.0.1:6390/0" and hp["tracking.api_key"] == "***"
+    assert wandb_offline_runs(run_dir / "wandb")[0]["config"]["buffer"]["redis_url"] == "redis://:***@127.0.0.1:6390/0"

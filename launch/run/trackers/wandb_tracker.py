@@ -4,13 +4,19 @@
 and ``wandb sync <run>/wandb/offline-run-*`` uploads them later (every incarnation of a resumed run
 syncs into the one W&B run). Steps are the rows' ``step`` (``define_metric``), not W&B's own counter, so
 the steps a resumed run retrains may go back in time and evaluations share their step's x value.
-Console capture is off: the run directory has the logs.
+Console capture is off: the run directory has the logs. W&B records the command line (``sys.argv``) in
+the run's metadata, which may hold ``--buffer.redis_url redis://:<password>@...``: it sees a redacted
+copy (``launch.run.redact``), as it sees the redacted config.
 """
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from launch.run.redact import redact
 
 
 class WandbTracker:
@@ -22,9 +28,10 @@ class WandbTracker:
 
         log_dir.mkdir(parents=True, exist_ok=True)
         self.wandb = wandb
-        self.run = wandb.init(project=project, entity=entity, name=run_name, id=run_name, resume="allow",
-                              dir=str(log_dir), config=hparams, reinit="create_new",
-                              settings=wandb.Settings(console="off", silent=True))
+        with _redacted_argv():
+            self.run = wandb.init(project=project, entity=entity, name=run_name, id=run_name, resume="allow",
+                                  dir=str(log_dir), config=hparams, reinit="create_new",
+                                  settings=wandb.Settings(console="off", silent=True))
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
         mode = "offline" if self.run.settings.mode == "offline" else "online"
@@ -41,3 +48,14 @@ class WandbTracker:
 
     def close(self, failed: bool = False) -> None:
         self.run.finish(exit_code=1 if failed else 0)
+
+
+@contextmanager
+def _redacted_argv():
+    """``sys.argv`` redacted while W&B reads it (its settings take the args at ``init``), then restored."""
+    saved = sys.argv
+    sys.argv = [saved[0], *redact(saved[1:])] if saved else saved
+    try:
+        yield
+    finally:
+        sys.argv = saved
