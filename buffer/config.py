@@ -36,7 +36,8 @@ class BufferConfig(BaseModel):
     max_message_bytes: int = Field(
         256 << 20, ge=1024, le=512 << 20,
         description="Largest payload accepted (bytes); larger ones are dead-lettered. Redis' own bulk "
-                    "limit is 512 MiB.")
+                    "limit is 512 MiB. A prompt and its group carry the problem's answer, so a code test spec "
+                    "is held at load to half of this (rewards.code_max_spec_bytes when smaller).")
     backpressure_timeout_s: float = Field(
         600.0, gt=0, description="How long put_group waits for room before raising BackpressureTimeout.")
     deadletter_raw_bytes: int = Field(

@@ -24,7 +24,8 @@ anything else is math. The gold answer is ``reward_model.ground_truth``:
 
 A row that cannot become a problem the reward can score raises :class:`RowRejected` with the reason
 (``rewards.problems`` adds the row number): no user message, no ground truth, a code shape the sandbox
-has no test kind for, an assert that does not parse, a function name that is not an identifier, ...
+has no test kind for, an assert that does not parse, a function name that is not an identifier, tests
+over the size limits (``rewards.spec_limits``; tests beyond ``code_max_tests`` are cut, not refused), ...
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rewards.code_reward import parse_test_spec
 from rewards.sandbox import check_syntax
+from rewards.spec_limits import BoundedSpec, SpecLimits, SpecTooLarge, bound_spec
 
 ROLES = ("system", "user", "assistant")
 
@@ -103,6 +104,26 @@ def math_answer(gt: Any) -> str:
 def code_spec(gt: Any, extra_info: dict[str, Any] | None = None) -> str:
     """The sandbox spec (JSON text of ``{"tests": [...]}``) for a code ground truth; RowRejected if the
     sandbox cannot run it."""
+    return bounded_code_spec(gt, extra_info).answer
+
+
+def bounded_code_spec(gt: Any, extra_info: dict[str, Any] | None = None,
+                      limits: SpecLimits | None = None) -> BoundedSpec:
+    """``code_spec``, cut to ``limits.max_tests`` and held to its byte limits (``rewards.spec_limits``);
+    RowRejected with the reason otherwise."""
+    try:
+        spec = json.dumps({"tests": _tests(gt, extra_info)})
+    except RecursionError:          # json's guard, or a repr in a message: the ground truth is too deep
+        raise RowRejected("code ground_truth is nested too deep to read") from None
+    try:
+        return bound_spec(spec, limits)
+    except SpecTooLarge as exc:
+        raise RowRejected(str(exc)) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RowRejected(f"the sandbox cannot read the tests: {exc}") from None
+
+
+def _tests(gt: Any, extra_info: dict[str, Any] | None) -> list[dict]:
     if isinstance(gt, str):
         try:
             gt = json.loads(gt)
@@ -119,12 +140,7 @@ def code_spec(gt: Any, extra_info: dict[str, Any] | None = None) -> str:
         raise RowRejected(f"code ground_truth is a {type(gt).__name__}, not tests")
     if not tests:
         raise RowRejected("code ground_truth has no tests")
-    spec = json.dumps({"tests": tests})
-    try:
-        parse_test_spec(spec)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise RowRejected(f"the sandbox cannot read the tests: {exc}") from None
-    return spec
+    return tests
 
 
 def _fn_name(name: Any) -> str | None:
@@ -137,6 +153,8 @@ def _fn_name(name: Any) -> str | None:
 
 def _from_dict(gt: dict[str, Any], fn_default: str | None) -> list[dict]:
     if "tests" in gt:                                    # already the sandbox's own spec
+        if not isinstance(gt["tests"], list):
+            raise RowRejected(f"'tests' is a {type(gt['tests']).__name__}, not a list of tests")
         return [_checked_native(t) for t in gt["tests"]]
     for key in ("asserts", "test_list", "assert"):
         if key in gt:

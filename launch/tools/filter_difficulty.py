@@ -85,15 +85,19 @@ def verdict(correct: int, n: int) -> Verdict:
 
 
 def read_records(path: str | Path, prompt_key: str, answer_key: str, *, format: str = "auto",
-                 bad_rows: str = "fail") -> tuple[list[dict], list]:
-    """The input's raw records and, aligned with them, each one's Problem (None for a rejected verl row).
-    A flat row without both fields, or a rejected row with ``bad_rows="fail"``, raises naming the row."""
-    from rewards.problems import load_problem_set, read_rows
+                 bad_rows: str = "fail", log=print) -> tuple[list[dict], list]:
+    """The input's raw records and, aligned with them, each one's Problem (None for a rejected row; its
+    record is ``{}`` when the line was not a JSON object). A flat row without both fields, or a rejected
+    row with ``bad_rows="fail"``, raises naming the row. Code tests are held to the default
+    ``RewardConfig`` limits, the ones this tool scores with (``rewards.spec_limits``)."""
+    from rewards.problems import load_problem_set
 
     loaded = load_problem_set(path, prompt_key, answer_key, format=format)
     if loaded.rejected and bad_rows == "fail":
         raise ValueError(loaded.describe_rejected() + "; --bad_rows skip filters the others")
-    rows = read_rows(loaded.path)
+    if loaded.cut_rows:
+        log(f"[filter] {loaded.describe_cut()}")
+    rows = [r if isinstance(r, dict) else {} for r in loaded.rows]
     problems: list = [None] * len(rows)
     for index, problem in zip(loaded.indices, loaded.problems):
         problems[index] = problem
@@ -207,7 +211,7 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
     input, output = Path(input), Path(output)
     if input.resolve() == output.resolve():
         raise ValueError(f"--output {output} would overwrite --input")
-    records, problems = read_records(input, prompt_key, answer_key, format=format, bad_rows=bad_rows)
+    records, problems = read_records(input, prompt_key, answer_key, format=format, bad_rows=bad_rows, log=log)
     if limit is not None:
         records, problems = records[:limit], problems[:limit]
     template = "{problem}\n"
