@@ -1,8 +1,9 @@
 """The untrusted side of the code sandbox: runs in a process forked by init, one per test.
 
 Order matters: fds first (so nothing of the host's pipes is reachable), then limits, then the
-privilege drop (setuid to a throwaway uid; NPROC is counted per uid, and a non-root
-uid can neither signal init nor undo the limits), then the program. The seccomp filter and the
+privilege drop (as root: setuid to a throwaway uid; NPROC is counted per uid, and a non-root
+uid can neither signal init nor undo the limits; as an ordinary user, in a user namespace: every
+capability dropped, see drop_capabilities), then the program. The seccomp filter and the
 memory cgroup are already in force: they are init's, inherited at fork (rewards/sandbox/seccomp.py,
 rewards/sandbox/cgroup.py).
 
@@ -21,6 +22,8 @@ such a record can claim (a value, "ok") is no more than the program could return
 """
 
 import builtins
+import ctypes
+import errno
 import fcntl
 import importlib
 import io
@@ -28,10 +31,13 @@ import json
 import os
 import resource
 import signal
+import struct
 import sys
 import traceback
 
-PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE = 38, 4
+PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 38, 4, 24, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PRELUDE = ("import sys, os, math, re, heapq, bisect, itertools, functools, collections, string\n"
            "from typing import *\nfrom collections import *\nfrom functools import *\n")
 MAX_REQUEST_BYTES = 1 << 28  # the judge is trusted; this only bounds a garbled frame
@@ -41,6 +47,10 @@ def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000, du
     """Make this freshly forked process safe to run untrusted code in; exits 111 if any step fails.
     The judge passes dumpable=False: its /proc/<pid>/mem and fd entries and ptrace become root-only."""
     try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        # init is not dumpable (its fds and memory hold what the program must not read, and without a
+        # private uid the program shares its uid): we are, until the end, so /proc/self stays ours to write
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         above = max(max(fds), len(fds)) + 1  # copy everything clear of the targets first: a source fd may be one
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]
         for target, fd in enumerate(moved):
@@ -65,16 +75,31 @@ def confine(job: dict, fds: list[int], work: str, uid, oom_score: int = 1000, du
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-        import ctypes
-
-        libc = ctypes.CDLL(None)
+            os.setresuid(uid, uid, uid)   # from root to a non-zero uid: the kernel clears every capability
+        else:
+            drop_capabilities(libc)       # in a user namespace we hold them all over its namespaces
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if not dumpable:
             libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         os.umask(0o077)
     except BaseException:  # noqa: BLE001 - never run untrusted code half-confined
         os._exit(111)
+
+
+def drop_capabilities(libc) -> None:
+    """Give up every capability for good: the bounding set (so no exec can bring one back), the ambient
+    set, then the permitted, effective and inheritable sets (capset). Without root there is no private uid
+    to switch to, and the process that made the user namespace holds all of them over its mount, pid
+    and network namespaces: kept, they would let the program remount, signal init's helpers or read
+    any file the user's uid maps to. Raises OSError if the kernel refuses (confine then exits)."""
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() not in (errno.EINVAL, errno.EPERM):
+            raise OSError(ctypes.get_errno(), "PR_CAPBSET_DROP")      # EINVAL: past the last cap; EPERM: none held
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0)   # struct __user_cap_header_struct: this process
+    data = bytes(24)                                                 # two __user_cap_data_struct, all zero
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
 
 
 # Inside the sandbox's CPU quota the program's processes share it with init, whose watchdog enforces the

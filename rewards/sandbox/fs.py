@@ -6,6 +6,7 @@ untrusted code exists; failures raise, and init reports them instead of running 
 
 import ctypes
 import os
+import re
 import sys
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
@@ -27,18 +28,50 @@ def mount(src, target, fstype, flags, data=None) -> None:
     ok(libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)))
 
 
+def _kernel_at_least(version: tuple[int, int]) -> bool:
+    match = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return match is not None and (int(match[1]), int(match[2])) >= version
+
+
+# RLIMIT_NPROC counts per user namespace and uid since Linux 5.14 ("ucounts"); before, every task of the uid
+# on the host, which a process inside a new pid namespace cannot see
+NPROC_PER_USERNS = _kernel_at_least((5, 14))
+
+
 def unshare_any(job) -> list[str]:
-    """Strongest isolation this host grants; the list names what was obtained."""
+    """Strongest isolation this host grants; the list names what was obtained.
+
+    As root: new mount, network, pid and ipc namespaces. As an ordinary user (a cluster account, a pod
+    without CAP_SYS_ADMIN) the same four inside a new user namespace ("userns"), where this process
+    holds every capability over them: the program gets the same walls as under root, but keeps the
+    user's identity (only one uid can be mapped without a setuid helper), so the parts that relied on a
+    throwaway uid are done otherwise (child.drop_capabilities, init's non-dumpable state, unlinked
+    capture files). A host without unprivileged user namespaces gives nothing: the caller reports it."""
     if not job["namespaces"]:
         return []
-    attempts = [(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC, ["net", "mount", "pid", "ipc"]),
-                (CLONE_NEWNET, ["net"])]
-    if os.geteuid() != 0:  # unprivileged: a user namespace is what lets us own a network namespace
-        attempts = [(CLONE_NEWUSER | CLONE_NEWNET, ["net"])]
+    full = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC
+    if os.geteuid() == 0:
+        attempts = [(full, ["net", "mount", "pid", "ipc"]), (CLONE_NEWNET, ["net"])]
+    else:
+        attempts = [(CLONE_NEWUSER | full, ["userns", "net", "mount", "pid", "ipc"]),
+                    (CLONE_NEWUSER | CLONE_NEWNET, ["userns", "net"])]
+    uid, gid = os.getuid(), os.getgid()  # after the unshare they read as the overflow ids until mapped
     for flags, names in attempts:
         if libc.unshare(flags) == 0:
+            if flags & CLONE_NEWUSER:
+                map_own_ids(uid, gid)
             return names
     return []
+
+
+def map_own_ids(uid: int, gid: int) -> None:
+    """In a fresh user namespace: map our uid and gid to themselves (the one mapping an unprivileged
+    process may write), so files keep their owner and the program reads what the user may read.
+    setgroups must be denied first: otherwise a gid map would let us drop supplementary groups that
+    some files deny access to."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w", encoding="ascii") as f:
+            f.write(text)
 
 
 # What the program's root holds besides the Python installation: the system trees (bound read-only, or

@@ -33,7 +33,7 @@ import time
 
 import psutil
 
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 STDERR_TAIL = 8192
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -102,14 +102,41 @@ def _reap(block: bool) -> None:
             return
 
 
-def _read_capped(path: str, cap: int, tail: bool = False) -> tuple[bytes, bool]:
-    """At most `cap` bytes (the first ones, or the last ones with `tail`), and whether there was more."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if tail and size > cap:
-            f.seek(size - cap)
-        data = f.read(cap + 1)
+def _read_capped(fd: int, cap: int, tail: bool = False) -> tuple[bytes, bool]:
+    """At most `cap` bytes of the capture file `fd` (the first ones, or the last ones with `tail`), and
+    whether there was more. By offset: the program's copy of the descriptor moved the shared one."""
+    size = os.fstat(fd).st_size
+    start = size - cap if tail and size > cap else 0
+    chunks, want = [], min(cap + 1, size - start)
+    while want > 0:
+        chunk = os.pread(fd, want, start)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        start, want = start + len(chunk), want - len(chunk)
+    data = b"".join(chunks)
     return data[:cap], size > cap
+
+
+def _capture(cap_dir: str) -> int:
+    """A fresh read-write file that no path reaches: it is unlinked at once, so only descriptors hold it.
+    Without a private uid the program shares init's uid, and a path in cap_dir would let it write a
+    verdict of its own (its judge's, say) or read another test's input; init is not dumpable, so
+    neither can it take init's descriptors through /proc."""
+    path = os.path.join(cap_dir, secrets.token_hex(8))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(path)
+    return fd
+
+
+def _stdin_files(tests: list[dict], cap_dir: str) -> None:
+    """Every test's stdin into its capture file, before any program runs: a stdin that does not fit is a
+    setup failure (the spec's, not the program's), not the failure of a test whose /tmp the program
+    filled beforehand."""
+    for test in tests:
+        fd = _capture(cap_dir)
+        _write_all(fd, test.pop("stdin", "").encode("utf-8"))
+        test["stdin_fd"] = fd
 
 
 class _Siblings:
@@ -126,11 +153,9 @@ class _Siblings:
 def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: bool, mods: _Siblings,
               unseen, budget: "_ValueBudget", ends: float) -> dict:
     """Run one test; its wall clock ends at timeout_s or at ``ends`` (the response's budget), the sooner."""
-    paths = {name: os.path.join(cap_dir, f"{index}.{name}") for name in ("in", "out", "err", "val")}
-    with open(paths["in"], "w", encoding="utf-8") as f:
-        f.write(test.get("stdin", ""))
-    stdin = os.open(paths["in"], os.O_RDONLY)
-    out, err, val = (os.open(paths[n], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for n in ("out", "err", "val"))
+    stdin = test["stdin_fd"]
+    os.lseek(stdin, 0, os.SEEK_SET)
+    out, err, val = (_capture(cap_dir) for _ in range(3))
     nonce = secrets.token_hex(16)
     before = mods.cgroup.counters(job["cgroup"], job["cgroup_fd"]) if job["cgroup"] else (0, 0)
     sys.stdout.flush()
@@ -146,8 +171,6 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
         theirs.close()
     else:
         program = _fork(lambda: mods.child.run_child(job, test, [stdin, out, err, val], work, nonce, mods.wire))
-    for fd in (stdin, out, err, val):
-        os.close(fd)
     main = judge or program
     stop, peak = _watch(main, min(start + job["timeout_s"], ends), job["memory_mb"] << 20, job["max_procs"], judge,
                         unseen)
@@ -163,11 +186,11 @@ def _run_test(job, index: int, test: dict, work: str, cap_dir: str, is_pid1: boo
     _kill_everything(is_pid1, job["uid"])
     after = mods.cgroup.counters(job["cgroup"], job["cgroup_fd"]) if job["cgroup"] else (0, 0)
     cap = job["max_output_bytes"]
-    stdout, out_trunc = _read_capped(paths["out"], cap)  # bytes: they travel raw, see _write_report
-    stderr, _ = _read_capped(paths["err"], STDERR_TAIL, tail=True)  # diagnostics: the traceback end
-    verdict = _read_record(paths["val"], cap, nonce, budget)
-    for p in paths.values():
-        os.unlink(p)
+    stdout, out_trunc = _read_capped(out, cap)  # bytes: they travel raw, see _write_report
+    stderr, _ = _read_capped(err, STDERR_TAIL, tail=True)  # diagnostics: the traceback end
+    verdict = _read_record(val, cap, nonce, budget)
+    for fd in (stdin, out, err, val):
+        os.close(fd)
     xcpu = any(os.WIFSIGNALED(s) and os.WTERMSIG(s) == signal.SIGXCPU for s in statuses)
     killed = next((os.WTERMSIG(s) for s in statuses if os.WIFSIGNALED(s)), None)
     return {"exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None, "signal": killed,
@@ -187,12 +210,12 @@ def _fork(run) -> int:
     return pid
 
 
-def _read_record(path: str, cap: int, nonce: str, budget: "_ValueBudget") -> dict | None:
+def _read_record(fd: int, cap: int, nonce: str, budget: "_ValueBudget") -> dict | None:
     """The harness's (or the judge's) one-line record on fd 3; None if nothing was written. Anything
     else is an invalid verdict whose error says what the channel held. A return value is charged
     to the response's `budget`."""
     try:
-        raw, truncated = _read_capped(path, cap)
+        raw, truncated = _read_capped(fd, cap)
     except OSError as e:
         return {"status": "invalid", "error": f"the result channel could not be read: {e}"}
     lines = [line for line in raw.decode("utf-8", "replace").split("\n") if line.strip()]
@@ -318,10 +341,8 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
             isolation = isolation + ["seccomp"]
         except OSError:  # a kernel or container that refuses filters: reported by its absence
             pass
-    job["nproc"] = job["max_procs"]
-    if job["uid"] is None and os.geteuid() != 0:  # NPROC counts all of this user's tasks: add ours
-        job["nproc"] += sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
-                            if p.info["uids"] and p.info["uids"].real == os.getuid())
+    job["nproc"] = job["max_procs"] + _tasks_counted_with_ours(job, isolation, fs)
+    _stdin_files(job["tests"], cap)
     # Work every forked test process would otherwise repeat, done once here: CPython builds its AST
     # types on the first compile() (~1 ms and ~80 copied pages per fork), and the prelude's imports.
     compile("pass", "<warm-up>", "exec")
@@ -335,6 +356,7 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
     # never counts a timeout, so without it max_timeouts alone would let it hold the worker tests x timeout_s
     ends = math.inf if job["total_s"] is None else time.monotonic() + job["total_s"]
     for i, t in enumerate(job["tests"]):
+        job["phase"] = f"test {i}"
         tests.append(_run_test(job, i, t, work, cap, is_pid1, mods, unseen, budget, ends))
         if i + 1 == len(job["tests"]):
             break
@@ -345,6 +367,21 @@ def _init(job, mods: _Siblings, is_pid1: bool, isolation: list[str], result_fd: 
             stopped = "total_s"
             break
     _write_report(result_fd, isolation, tests, stopped)
+
+
+def _tasks_counted_with_ours(job, isolation: list[str], fs) -> int:
+    """Tasks that RLIMIT_NPROC already counts beside the sandbox's own, so that max_procs is what the
+    program may add. Root's private uid: none (nothing else has it). Without one the program shares the
+    user's uid: in a user namespace on 5.14+ the count is the namespace's (init and its threads here,
+    plus the launcher outside our pid namespace); otherwise it is every task of the user on the host,
+    counted by the runner when our pid namespace hides them, else here."""
+    if job["uid"] is not None or os.geteuid() == 0:
+        return 0
+    if "pid" in isolation and not ("userns" in isolation and fs.NPROC_PER_USERNS):
+        return job["user_tasks"] + 2  # the runner counted before the launcher and init existed
+    visible = sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
+                  if p.info["uids"] and p.info["uids"].real == os.getuid())
+    return visible + ("userns" in isolation)
 
 
 def _unseen_memory(job, mods: _Siblings, isolation: list[str]):
@@ -432,6 +469,11 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
     mods = _Siblings(any(t["kind"] == "assert" for t in job["tests"]))
     isolation = mods.fs.unshare_any(job)
+    # Not dumpable from here on (inherited by init; each forked process sets its own): without a private
+    # uid the program shares ours, and /proc/<pid>/fd and mem of a dumpable init would hand it the report
+    # pipe, the assert tests' code and the capture files. After unshare_any: writing our uid map needs it.
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    job["phase"] = "setup"
     if "pid" in isolation:
         child = os.fork()  # the first child after unshare(CLONE_NEWPID) is pid 1 of the namespace
         if child:
@@ -444,7 +486,8 @@ def main() -> None:
     try:
         _init(job, mods, "pid" in isolation, isolation, result_fd)
     except Exception as e:  # noqa: BLE001 - report, do not traceback into the host's pipe
-        _write_all(result_fd, json.dumps({"isolation": isolation, "fatal": f"{type(e).__name__}: {e}"}).encode())
+        _write_all(result_fd, json.dumps({"isolation": isolation, "fatal": f"{type(e).__name__}: {e}",
+                                          "phase": job["phase"]}).encode())
         os._exit(1)
     os._exit(0)
 

@@ -7,8 +7,10 @@ and a model can emit anything. We defend the *host* (the reward worker, other sa
 machine) and the *verdict*; we do not stop the program from computing, or from reading the system's
 own files (/usr, /etc, the Python installation).
 
-Guaranteed where we run as root with namespaces (this project's machines; checked by
-tests/unit/test_rewards_sandbox.py; each SandboxResult.isolation says what was in force):
+Guaranteed where we run as root with namespaces (checked by tests/unit/test_rewards_sandbox*.py; each
+SandboxResult.isolation says what was in force), and, but for the throwaway uid and the cgroup, as an
+ordinary user with unprivileged user namespaces (below; tests/unit/test_rewards_sandbox_identities.py
+runs the escapes as both); rewards.code_isolation refuses code rewards where the walls are missing:
   * no network: a fresh network namespace whose only device, loopback, is down, and no socket
     families but AF_UNIX, AF_INET and AF_INET6 (the filter below): AF_VSOCK, which no network
     namespace covers, would reach the hypervisor host of a VM;
@@ -85,7 +87,23 @@ program name never shadows a builtin or prelude name in the judge. Assert-test s
 change: values cross the process boundary as plain data (list vs tuple kept exact), test-side
 functions or objects cannot be passed to the program (the test fails), containers passed in are
 updated in place after each call, and a plain-data global of the program is read once, when the test
-starts. Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
+starts.
+
+As an ordinary user ("userns" in `isolation`): the launcher unshares a user namespace together with the
+mount, network, pid and ipc ones and maps the user's own uid and gid (the one mapping it may write), so
+the program gets the same root, network, pid and ipc walls, the same filter, and no capability (each
+forked process drops them all: child.drop_capabilities). What differs: there is no throwaway uid, so the
+program shares the user's uid with init and the judge. What that uid would have protected is protected
+otherwise: init is not dumpable (its descriptors and memory, which hold the report pipe and the assert
+tests' code, are out of the program's reach through /proc), the capture files are unlinked as soon as
+they are opened (no path to another test's input or to the judge's verdict), pid 1 of a namespace
+ignores signals from inside it, and the judge is not dumpable (the program can kill it: its test then
+fails). Without root there is usually no cgroup: memory is bounded by RLIMIT_AS per process and the
+RSS watchdog (with "sockmem"; memfd and SysV memory are refused by the filter; the private tmpfs have
+fixed sizes), processes by RLIMIT_NPROC, which counts per user namespace on Linux 5.14+ (before, the
+runner counts the user's tasks on the host and adds them), and CPU by RLIMIT_CPU per process only
+("cpu" missing: a parallel busy loop can use up to max_procs cores until the test's wall clock ends).
+Fallbacks, reported in `isolation`: without namespaces (code_use_namespaces=False, or a container
 without CAP_SYS_ADMIN) there is NO network isolation, NOTHING IS HIDDEN ("rootfs" missing: the
 checkout, datasets, run directories and caches are readable wherever file permissions let any user
 read them), world-writable host directories are writable
@@ -93,12 +111,11 @@ read them), world-writable host directories are writable
 its /tmp files only against RLIMIT_FSIZE each), unix-socket buffers are counted only by a cgroup,
 cleanup relies on process-tree/uid sweeps, and if the interpreter lives where the private uid cannot
 read it (e.g. under /root) common stdlib modules are preloaded and other imports fail
-("preloaded-stdlib"). Without root there is no uid drop: the user's own files are writable,
-/proc/<pid>/environ of the user's other processes is readable (keep secrets out of the worker's
-environment), and a program can kill its launcher or its judge (the test then fails; the worker
-survives, being in another session). Without a seccomp table for the machine's architecture
-(x86-64 and arm64 are built in) "seccomp" is missing from `isolation`. The non-root paths are not
-exercised on this host.
+("preloaded-stdlib"). Without root and without user namespaces (code_isolation "weak" only) there
+is no wall at all between the program and the user: it can signal every process of the user
+(os.kill(-1, 9) ends the run), read /proc/<pid>/environ of them, and read and write the user's files.
+Without a seccomp table for the machine's architecture (x86-64 and arm64 are built in) "seccomp" is
+missing from `isolation`.
 
 Cost: one launcher per program (~55-130 ms: Python start-up, psutil import, namespace and mount
 setup, the filter; the cgroup move overlaps the start-up) and one fork per test (~5-10 ms; an assert
@@ -125,6 +142,7 @@ from typing import Any, Literal
 import psutil
 
 from rewards.sandbox import cgroup as sandbox_cgroup
+from rewards.sandbox import fs as sandbox_fs
 
 INIT_SCRIPT = str(Path(__file__).with_name("init.py"))     # run as `python -I init.py`: the launcher's code
 _CHECKOUT = str(Path(__file__).resolve().parents[2])
@@ -216,7 +234,8 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
                "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb,
                "max_output_bytes": limits.max_output_bytes, "max_procs": limits.max_procs,
                "tmpfs_mb": limits.tmpfs_mb, "namespaces": limits.namespaces, "uid": uid, "base": base,
-               "hidden": hidden_paths(limits), "max_timeouts": limits.max_timeouts, "total_s": limits.total_s}
+               "hidden": hidden_paths(limits), "max_timeouts": limits.max_timeouts, "total_s": limits.total_s,
+               "user_tasks": _user_tasks() if uid is None and not sandbox_fs.NPROC_PER_USERNS else 0}
         cgroup = sandbox_cgroup.create(limits.memory_mb << 20, limits.cpus) if limits.memory_cgroup else None
         proc = subprocess.Popen([sys.executable, "-I", INIT_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, cwd=base, env=dict(_ENV), start_new_session=True,
@@ -253,7 +272,11 @@ def run_tests(code: str, tests: Sequence[CodeTest], limits: SandboxLimits = Sand
             sandbox_cgroup.remove(cgroup)  # kills anything still inside first
         shutil.rmtree(base, ignore_errors=True)
     if "fatal" in report:
-        return [_failed(f"sandbox setup failed: {report['fatal']}")] * len(tests)
+        # Before any program ran, the fault is the sandbox's or the spec's (rewards.code_reward dead-letters the
+        # group); during a test the program may have caused it, so the tests count as failed.
+        during = report.get("phase", "setup")
+        what = "sandbox setup failed" if during == "setup" else f"sandbox failed during {during}"
+        return [_failed(f"{what}: {report['fatal']}")] * len(tests)
     iso = tuple(report["isolation"])
     results = report["tests"]
     timed_out = sum(r["timeout"] for r in results)
@@ -401,6 +424,14 @@ def _sweep_files(uids: tuple[int, ...]) -> None:
                     os.unlink(entry.path)
             except OSError:
                 pass
+
+
+def _user_tasks() -> int:
+    """Tasks (threads included) of this uid on the host: what RLIMIT_NPROC counts beside the sandbox's own on
+    kernels before 5.14, which init cannot see from inside its pid namespace."""
+    uid = os.getuid()
+    return sum(p.info["num_threads"] or 1 for p in psutil.process_iter(["uids", "num_threads"])
+               if p.info["uids"] and p.info["uids"].real == uid)
 
 
 def sweep_stale_cgroups() -> int:

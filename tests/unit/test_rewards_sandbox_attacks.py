@@ -559,7 +559,11 @@ def test_result_record_errors(tmp_path, content, message):
         path.mkdir()                  # reading a directory fails
     else:
         path.write_text(content)
-    record = init._read_record(str(path), 4096, "N", init._ValueBudget())
+    fd = os.open(path, os.O_RDONLY)  # init reads the capture file through its descriptor
+    try:
+        record = init._read_record(fd, 4096, "N", init._ValueBudget())
+    finally:
+        os.close(fd)
     if message is None:
         assert record is None
     elif message == "ok":
