@@ -26,14 +26,14 @@ import os
 import threading
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import ray
 
 from actors.config import ActorConfig
-from buffer.codec import encode_group
+from actors.scoring_book import Scoring, ScoringBook
 from buffer.keys import entry_time
 from buffer.messages import Group, PromptMsg, Response
 from buffer.wake import StreamWatch
@@ -59,16 +59,6 @@ class _Held:
     entry_id: str
     prompt: PromptMsg
     trace: dict[str, float] = field(default_factory=dict)   # issued, taken (Group.trace)
-
-
-@dataclass
-class _Scoring:
-    buffer: object
-    entry_id: str
-    group: Group
-    future: Future | None = None     # scores the groups of one call (_submit_call)
-    index: int = 0                   # this group's place among them
-    call_size: int = 1               # how many groups that call holds
 
 
 def eval_run_id(run_id: str) -> str:
@@ -126,7 +116,8 @@ class GenerationActorImpl:
         self._stop = threading.Event()
         self._in_flight: dict[str, _InFlight] = {}
         self._held: list[_Held] = []           # taken, waiting for their version (oldest first)
-        self._scoring: list[_Scoring] = []
+        # finished groups being scored, or scored and not yet stored (actors.scoring_book)
+        self._scoring = ScoringBook(lambda groups: self._pool.submit(self._score, groups), self._note)
         # the groups an engine step finishes go out in one scoring call per reward worker at most
         # (_submit_scoring): a burst is scored at the pool's width (16 workers on a 16-core GPU host)
         self._scoring_width = max(1, getattr(reward_scorer, "parallelism", 1))
@@ -255,7 +246,17 @@ class GenerationActorImpl:
         self.prompt_watch.stop()
         self._heartbeat(force=True)
         self._close_engine()
+        self._sweep_staged()
         return self.status()
+
+    def _sweep_staged(self) -> None:
+        """Remove the weight copies dead writers on this node left staged (an actor killed mid-load)."""
+        from actors.transport.staging import sweep
+
+        try:
+            sweep()
+        except Exception as exc:
+            print(f"[lagrl] {self.actor_id}: sweeping staged weights failed: {type(exc).__name__}: {exc}", flush=True)
 
     def _close_engine(self) -> None:
         """After the last iteration: shut the engine down cleanly, so an out-of-process engine core and
@@ -305,7 +306,7 @@ class GenerationActorImpl:
         if self._stop.is_set():
             return
         if self._scoring:
-            wait([job.future for job in self._scoring], timeout=0.01, return_when=FIRST_COMPLETED)
+            self._scoring.wait(0.01)
             return
         if not idle:
             return
@@ -442,7 +443,7 @@ class GenerationActorImpl:
         self._in_flight[request_id] = _InFlight(buffer, entry_id, prompt, self.version, now,
                                                 {**trace, "loaded": self._loaded_at, "started": now})
 
-    def _finish(self, out) -> _Scoring | None:
+    def _finish(self, out) -> Scoring | None:
         """The finished request's group, to be scored; None when its output cannot be read (its prompt is
         dead-lettered, and the engine step's other groups go on)."""
         job = self._in_flight.pop(out.request_id)
@@ -454,7 +455,7 @@ class GenerationActorImpl:
             job.buffer.reject_prompt(job.entry_id, self.actor_id, "engine_output", detail=detail)
             return None
 
-    def _group_of(self, job: _InFlight, out) -> _Scoring:
+    def _group_of(self, job: _InFlight, out) -> Scoring:
         responses = []
         for c in out.outputs:
             ids = np.asarray(c.token_ids, dtype=np.int32)
@@ -469,17 +470,11 @@ class GenerationActorImpl:
                       step=p.step, stage=p.stage, max_tokens=p.max_tokens, prompt_ids=p.prompt_ids, answer=p.answer,
                       responses=responses, actor_id=self.actor_id, created_at=job.taken_at,
                       finished_at=now, trace={**job.trace, "generated": now})
-        return _Scoring(job.buffer, job.entry_id, group)
+        return Scoring(job.buffer, job.entry_id, group)
 
-    def _submit_scoring(self, finished: list[_Scoring]) -> None:
-        for call in scoring_calls([job.group for job in finished], self._scoring_width, self._reward_cfg):
-            self._submit_call([finished[i] for i in call])
-        self._scoring += finished
-
-    def _submit_call(self, call: list[_Scoring]) -> None:
-        future = self._pool.submit(self._score, [job.group for job in call])
-        for i, job in enumerate(call):
-            job.future, job.index, job.call_size = future, i, len(call)
+    def _submit_scoring(self, finished: list[Scoring]) -> None:
+        calls = scoring_calls([job.group for job in finished], self._scoring_width, self._reward_cfg)
+        self._scoring.add([[finished[i] for i in call] for call in calls])
 
     def _score(self, groups: list[Group]) -> tuple[list, float]:
         """(per group its results or the exception its scoring raised, the unix time they came back). The
@@ -498,46 +493,11 @@ class GenerationActorImpl:
         return results, time.time()
 
     def _flush_scored(self, block: bool) -> None:
-        """Store every group whose scoring finished (all of them when ``block``), those of one buffer in
-        one round trip: groups often finish together, at the end of a batch."""
-        remaining, scored = [], {}
-        for job in self._scoring:
-            if not (block or job.future.done()):
-                remaining.append(job)
-                continue
-            try:
-                per_group, job.group.trace["scored"] = job.future.result()
-            except Exception as exc:
-                if job.call_size > 1:   # the call failed as a whole (a worker dead past its retries, say): each
-                    self._submit_call([job])   # group is scored again alone, so only one failing alone is lost
-                    remaining.append(job)
-                else:
-                    self._reward_failed(job, exc)
-                continue
-            results = per_group[job.index]
-            if not isinstance(results, Exception) and len(results) != len(job.group.responses):
-                results = ValueError(f"{len(results)} rewards for {len(job.group.responses)} responses")
-            if isinstance(results, Exception):
-                self._reward_failed(job, results)
-                continue
-            for resp, result in zip(job.group.responses, results):
-                resp.reward = float(result.reward)
-                resp.reward_info = {"reason": result.reason, "extracted": result.extracted}
-            scored.setdefault(id(job.buffer), (job.buffer, []))[1].append((job.group, job.entry_id))
-        for buffer, items in scored.values():
-            buffer.put_groups(items)
-            self.stats.prompts_done += len(items)
-        self._scoring = remaining
-        if block and remaining:       # groups of a failed call, now scored alone
-            self._flush_scored(block=True)
+        """Store the scored groups, dead-letter those whose reward failed (all of them when ``block``)."""
+        self.stats.prompts_done += self._scoring.flush(block)
 
-    def _reward_failed(self, job: _Scoring, exc: Exception) -> None:
-        """The scorers turn bad answers into reasons; an exception is the reward system failing (e.g. a
-        worker dead past its retries). The group cannot be judged: its prompt is dead-lettered (counted,
-        with the group as raw) rather than trained on a fake 0."""
-        detail = f"group {job.group.group_id}: {type(exc).__name__}: {exc}"[:2000]
-        self.stats.last_error = f"reward_error: {detail}"[:500]
-        job.buffer.reject_prompt(job.entry_id, "reward", "reward_error", detail=detail, raw=encode_group(job.group))
+    def _note(self, error: str) -> None:
+        self.stats.last_error = error[:500]
 
     def _drain(self) -> None:
         """On stop: abort unfinished requests (their prompts stay pending for reclaim, as do held

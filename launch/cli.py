@@ -50,7 +50,8 @@ def build_config(argv: list[str], default_preset: str):
         tracking = [] if args.tracking is None else [("tracking.backends", _backends_json(args.tracking))]
         cfg = apply_overrides(cfg, tracking + split_overrides(rest))
     except (ConfigError, ValueError, KeyError) as exc:
-        ap.exit(2, f"error: {exc}\n")
+        from launch.run.redact import redact     # a rejected value is echoed: it may be a URL with a password
+        ap.exit(2, redact(f"error: {exc}\n"))
     return cfg, args.print_config
 
 
@@ -80,13 +81,19 @@ def config_line(cfg) -> str:
 
 def main(default_preset: str = "onpolicy", argv: list[str] | None = None) -> None:
     cfg, print_only = build_config(sys.argv[1:] if argv is None else argv, default_preset)
-    if print_only:
-        print(cfg.model_dump_json(indent=2), flush=True)
+    if print_only:      # the console gets the redacted config; config.json in the run dir keeps it whole
+        import json
+
+        from launch.run.redact import redact
+        print(json.dumps(redact(cfg), indent=2), flush=True)
         return
     print(config_line(cfg), flush=True)
     from launch.layout import LayoutError
     from launch.run.driver import run
+    from rewards.code_isolation import SandboxRefused
     try:
         run(cfg)
     except LayoutError as exc:          # refused before anything started: the message names the fix
         sys.exit(f"error: {exc}")
+    except SandboxRefused as exc:       # the code sandbox lacks walls here: the message names them and the flag
+        sys.exit(str(exc))

@@ -17,14 +17,18 @@ would accept 999999999 for 10**9).
 
 Reward: fraction of tests passed, or 1/0 with code_all_or_nothing (failure -1 with signed_reward).
 Reason: correct when all pass; otherwise the first failure's kind (timeout, memory, runtime_error,
-wrong), or no_code / syntax_error / bad_gold (unusable spec) / sandbox_error before any test ran.
+wrong), or no_code / syntax_error / bad_gold (unusable spec) / sandbox_error (a launcher that died) before
+any test ran. The sandbox unable to run anything raises SandboxUnavailable: the group is dead-lettered, not
+trained on (rewards.result). A group's responses share code_group_timeout_s (score_code_group).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +45,7 @@ from rewards.result import (
     TIMEOUT,
     WRONG,
     RewardResult,
+    SandboxUnavailable,
 )
 from rewards.sandbox import CodeTest, SandboxLimits, SandboxResult, check_syntax, run_tests
 
@@ -66,40 +71,105 @@ def is_test_spec(answer: str) -> bool:
 
 
 def parse_test_spec(answer: str) -> list[tuple[CodeTest, Any]]:
-    """(test, expected) pairs; expected is stdout text, a return value, or None for asserts. Raises ValueError."""
-    spec = json.loads(answer)
-    if not isinstance(spec, dict):
-        raise ValueError("test spec is not a JSON object")
-    pairs: list[tuple[CodeTest, Any]] = []
-    if "inputs" in spec:
-        inputs, outputs = spec["inputs"], spec.get("outputs")
-        if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
-            raise ValueError("'inputs' and 'outputs' must be lists of equal length")
-        fn = spec.get("fn_name")
-        for x, y in zip(inputs, outputs):
-            if fn:
-                pairs.append((CodeTest("call", fn_name=fn, args=x if isinstance(x, list) else [x]), y))
-            else:
-                pairs.append((CodeTest("stdio", stdin=_text(x)), _text(y)))
-    for code in spec.get("asserts", []):
-        pairs.append((CodeTest("assert", code=str(code)), None))
-    for t in spec.get("tests", []):
-        kind = t.get("type")
-        if kind == "stdio":
-            pairs.append((CodeTest("stdio", stdin=_text(t.get("input", ""))), _text(t.get("output", ""))))
-        elif kind == "call":
-            pairs.append((CodeTest("call", fn_name=t["fn_name"], args=list(t.get("args", []))), t.get("expected")))
-        elif kind == "assert":
-            pairs.append((CodeTest("assert", code=str(t["code"])), None))
-        else:
-            raise ValueError(f"unknown test type {kind!r}")
+    """(test, expected) pairs; expected is stdout text, a return value, or None for asserts.
+
+    The one reader of the spec format, at load (``rewards.problems``, ``rewards.verl_format``) and at
+    scoring, so a spec the load accepts is one the sandbox runs as written. Strict: a stdin/stdout test's
+    input and output are text or a list of text lines, a call test's ``fn_name`` an identifier and its
+    ``args`` a list (in the ``inputs`` form a non-list input is the one argument, as APPS writes it), an
+    assert's code text. Anything else raises ValueError naming the test."""
+    spec = _json_spec(answer)
+    pairs = _inputs_pairs(spec) if "inputs" in spec else []
+    for i, code in enumerate(_spec_list(spec, "asserts")):
+        pairs.append((CodeTest("assert", code=_code_text(code, f"asserts[{i}]")), None))
+    for i, t in enumerate(_spec_list(spec, "tests")):
+        pairs.append(_native_pair(t, f"tests[{i}]"))
     if not pairs:
         raise ValueError("test spec has no tests")
     return pairs
 
 
-def _text(x) -> str:
-    return "\n".join(map(str, x)) + "\n" if isinstance(x, list) else str(x)
+def spec_text(pairs: Sequence[tuple[CodeTest, Any]]) -> str:
+    """The ``{"tests": [...]}`` JSON of ``pairs``: ``parse_test_spec`` reads it back to the same pairs."""
+    tests = []
+    for test, expected in pairs:
+        if test.kind == "stdio":
+            tests.append({"type": "stdio", "input": test.stdin, "output": expected})
+        elif test.kind == "call":
+            tests.append({"type": "call", "fn_name": test.fn_name, "args": test.args, "expected": expected})
+        else:
+            tests.append({"type": "assert", "code": test.code})
+    return json.dumps({"tests": tests})
+
+
+def _json_spec(answer: str) -> dict:
+    try:
+        spec = json.loads(answer)
+    except RecursionError:            # the C decoder's guard: a ValueError like any unreadable spec
+        raise ValueError("test spec is nested too deep to read") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"test spec is not JSON text ({getattr(exc, 'msg', exc)})") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"test spec is a JSON {type(spec).__name__}, not an object")
+    return spec
+
+
+def _spec_list(spec: dict, key: str) -> list:
+    value = spec.get(key, [])
+    if not isinstance(value, list):
+        raise ValueError(f"'{key}' must be a list, got {type(value).__name__}")
+    return value
+
+
+def _inputs_pairs(spec: dict) -> list[tuple[CodeTest, Any]]:
+    inputs, outputs = spec["inputs"], spec.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+        raise ValueError("'inputs' and 'outputs' must be lists of equal length")
+    fn = spec.get("fn_name")
+    if fn is None or fn == "":
+        return [(CodeTest("stdio", stdin=_text(x, f"inputs[{i}]")), _text(y, f"outputs[{i}]"))
+                for i, (x, y) in enumerate(zip(inputs, outputs))]
+    fn = _identifier(fn, "'fn_name'")
+    return [(CodeTest("call", fn_name=fn, args=x if isinstance(x, list) else [x]), y) for x, y in zip(inputs, outputs)]
+
+
+def _native_pair(t: Any, where: str) -> tuple[CodeTest, Any]:
+    if not isinstance(t, dict):
+        raise ValueError(f"{where} is a {type(t).__name__}, not a test object")
+    kind = t.get("type")
+    if kind == "stdio":
+        return CodeTest("stdio", stdin=_text(t.get("input", ""), f"{where} input")), _text(t.get("output", ""),
+                                                                                          f"{where} output")
+    if kind == "call":
+        args = t.get("args", [])
+        if not isinstance(args, list):      # a string would become one argument per character
+            raise ValueError(f"{where} args must be a list of arguments, got {type(args).__name__}")
+        return CodeTest("call", fn_name=_identifier(t.get("fn_name"), f"{where} fn_name"), args=args), t.get("expected")
+    if kind == "assert":
+        return CodeTest("assert", code=_code_text(t.get("code"), f"{where} code")), None
+    raise ValueError(f"{where} has unknown test type {kind!r}")
+
+
+def _identifier(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"{what} {repr(name)[:80]} is not a Python identifier")
+    return name
+
+
+def _code_text(code: Any, what: str) -> str:
+    if not isinstance(code, str):
+        raise ValueError(f"{what} is a {type(code).__name__}, not Python source text")
+    return code
+
+
+def _text(x: Any, what: str) -> str:
+    """A stdin/stdout test's input or output: text, or a list of lines (joined, newline-terminated)."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, list) and all(isinstance(line, str) for line in x):
+        return "\n".join(x) + "\n"
+    raise ValueError(f"{what} is a {type(x).__name__}: a stdin/stdout test's input and output are text or a "
+                     "list of text lines")
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -186,7 +256,10 @@ def limits_from(cfg: RewardConfig) -> SandboxLimits:
                          total_s=cfg.code_response_timeout_s)
 
 
-def score_code(text: str, answer: str, cfg: RewardConfig | None = None) -> RewardResult:
+def score_code(text: str, answer: str, cfg: RewardConfig | None = None, *,
+               limits: SandboxLimits | None = None) -> RewardResult:
+    """``limits``: the sandbox's (default ``limits_from(cfg)``; score_code_group narrows them to its budget).
+    Raises SandboxUnavailable when the sandbox could not run the program at all."""
     cfg = cfg or RewardConfig()
     fail = cfg.failure_reward
     try:
@@ -201,8 +274,10 @@ def score_code(text: str, answer: str, cfg: RewardConfig | None = None) -> Rewar
     shown = code if len(code) <= EXTRACTED_CHARS else code[:EXTRACTED_CHARS] + "\n# ... (truncated)"
     if (err := check_syntax(code)) is not None:
         return RewardResult(fail, SYNTAX_ERROR, shown, err)
-    runs = run_tests(code, [t for t, _ in pairs], limits_from(cfg))
-    if all(r.error.startswith("sandbox ") and not r.timeout for r in runs):  # launcher/setup failure
+    runs = _run_sandboxed(code, [t for t, _ in pairs], limits or limits_from(cfg))
+    # What the program may have caused (a launcher it killed without namespaces, a failure during a test)
+    # is a failure like any other: dead-lettering it would let a program escape its reward by breaking in.
+    if all(r.error.startswith("sandbox ") and not r.timeout for r in runs):
         return RewardResult(fail, SANDBOX_ERROR, shown, runs[0].error[:300])
     outcomes = [judge(t, exp, r) for (t, exp), r in zip(pairs, runs, strict=True)]
     passed = sum(o == CORRECT for o in outcomes)
@@ -220,6 +295,43 @@ def score_code(text: str, answer: str, cfg: RewardConfig | None = None) -> Rewar
     return RewardResult(reward, outcomes[first], shown, detail)
 
 
+SETUP_FAILED = "sandbox setup failed"     # runner.py's error when init failed before any program ran
+
+
+def _run_sandboxed(code: str, tests: list[CodeTest], limits: SandboxLimits) -> list[SandboxResult]:
+    """run_tests, with the sandbox's own failures, before any program ran, raised as SandboxUnavailable."""
+    try:
+        runs = run_tests(code, tests, limits)
+    except OSError as exc:   # the launcher could not be started (no fork, no file descriptor, no temp dir)
+        raise SandboxUnavailable(f"sandbox launcher could not start: {type(exc).__name__}: {exc}"[:300]) from exc
+    if all(r.error.startswith(SETUP_FAILED) for r in runs):
+        raise SandboxUnavailable(runs[0].error[:300])
+    return runs
+
+
+# Once a group's code_group_timeout_s is spent, each response left still runs, with this much wall clock for
+# all its tests (a correct program needs well under a second here; the math path's twin is 0.25 s an answer).
+LATE_RESPONSE_S = 2.0
+
+
 def score_code_group(texts: Sequence[str], answer: str, cfg: RewardConfig | None = None) -> list[RewardResult]:
-    """Sequential on purpose: parallelism comes from running many RewardWorkers (one sandbox each)."""
-    return [score_code(t, answer, cfg) for t in texts]
+    """Sequential on purpose: parallelism comes from running many RewardWorkers (one sandbox each).
+
+    The responses share code_group_timeout_s: each one's sandbox gets at most what is left, and once it is
+    spent LATE_RESPONSE_S, so a group holds its worker for at most the budget plus a few seconds a response.
+    A response cut short that way is a timeout like any other (a failure reward), never a dropped group:
+    a policy whose programs sleep until the budget runs out must get the reward of slow programs, not
+    escape it through a dead-letter."""
+    cfg = cfg or RewardConfig()
+    base = limits_from(cfg)
+    deadline = time.monotonic() + cfg.code_group_timeout_s
+    return [score_code(text, answer, cfg, limits=within(base, max(deadline - time.monotonic(), LATE_RESPONSE_S)))
+            for text in texts]
+
+
+def within(limits: SandboxLimits, seconds: float) -> SandboxLimits:
+    """``limits`` with no test and no response's tests together allowed more than ``seconds``."""
+    total = seconds if limits.total_s is None else min(limits.total_s, seconds)
+    return dataclasses.replace(limits, timeout_s=min(limits.timeout_s, seconds), total_s=total)
+
+

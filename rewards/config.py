@@ -7,9 +7,11 @@ timeout) and common code-RL practice (a few seconds and ~1 GiB per test).
 
 from __future__ import annotations
 
-import os
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rewards.cpus import usable_cpus
 
 
 class RewardConfig(BaseModel):
@@ -70,8 +72,24 @@ class RewardConfig(BaseModel):
         64, ge=1, le=8192, description="Size of the private tmpfs mounted as the sandbox's /tmp and "
         "working directory (when mount namespaces are available).")
     code_max_tests: int = Field(
-        64, ge=1, le=10_000, description="Tests beyond this many in one spec are ignored (bounds one "
-        "response's sandbox time, with code_max_timeouts and code_response_timeout_s).")
+        64, ge=1, le=10_000, description="Tests of one problem that are run (bounds one response's sandbox time, "
+        "with code_max_timeouts and code_response_timeout_s). At load a spec with more is cut to its first this "
+        "many (the rest would never run, yet would travel in every prompt and group message); the load prints "
+        "how many problems were cut. TACO has problems with hundreds of tests; 64 keeps most whole.")
+    code_max_test_bytes: int = Field(
+        16 << 20, ge=1024, le=4 << 30, description="At load, a problem with a (kept) test whose input + expected "
+        "output exceed this many UTF-8 bytes is refused like any bad row: the input is written into the "
+        "sandbox's tmpfs (it must fit half of code_tmpfs_mb, the other half being the program's and its "
+        "captured output's), and a larger one fails every test as 'sandbox setup failed'. 16 MiB keeps the "
+        "multi-MB inputs of the largest TACO / CodeContests tests (a Codeforces maximum test is 1-10 MB) "
+        "and refuses generated ones of tens of MB.")
+    code_max_spec_bytes: int = Field(
+        32 << 20, ge=1024, le=512 << 20, description="At load, a problem whose test spec (its JSON after the cut "
+        "to code_max_tests) is larger is refused like any bad row. The spec travels in every prompt and group "
+        "message through Redis (so it is also held to half of buffer.max_message_bytes: a group message carries "
+        "it beside its responses; the buffer keeps ~retention_prompts + retention_groups of them), and the "
+        "sandbox launcher holds all its inputs inside code_memory_mb. 32 MiB = 64 tests of 0.5 MB: an ordinary "
+        "Skywork-OR1 / DeepCoder / TACO row is far below (KBs to a few MB); rows of tens of MB are pathological.")
     code_max_chars: int = Field(
         100_000, ge=100, le=10_000_000, description="Longer extracted programs are rejected unrun.")
     code_all_or_nothing: bool = Field(
@@ -88,9 +106,23 @@ class RewardConfig(BaseModel):
         "ends each test just inside code_test_timeout_s counts no timeout, so code_max_timeouts alone would let "
         "it hold the worker for code_max_tests x code_test_timeout_s (~250 s a response at the defaults); "
         "the default leaves 64 tests ~0.5 s each.")
+    code_group_timeout_s: float = Field(
+        240.0, gt=0, le=3600, description="Wall clock of all a group's responses together (they run one "
+        "after another on one worker): each response's sandbox gets at most what is left of it, and once it "
+        "is spent each response left gets 2 s for all its tests (rewards.code_reward.LATE_RESPONSE_S), like "
+        "the math path's short timer: a response cut short is a timeout (a failure reward), never a dropped "
+        "group, so slow programs cannot escape their reward. Without it a group of 16 could hold its worker "
+        "for 16 x code_response_timeout_s (8 min); 240 s leaves a normal group of 16 ~15 s a response.")
     code_use_namespaces: bool = Field(
         True, description="Isolate each program in new network/mount/pid/ipc namespaces when the host "
         "allows it (root or unprivileged user namespaces). False only to exercise the fallback path.")
+    code_isolation: Literal["strict", "weak"] = Field(
+        "strict", description="'strict': code rewards start only where the sandbox has every wall it has "
+        "as root (network, mount and private root, pid, ipc namespaces and the system-call filter; as an "
+        "ordinary user through an unprivileged user namespace), checked once when the reward pool starts: "
+        "elsewhere the run stops with an error naming what is missing. 'weak' accepts less (a host without "
+        "user namespaces: the program then shares the user's identity and can signal the user's "
+        "processes and read the user's files); the run records which isolation it had either way.")
     max_output_bytes: int = Field(
         1 << 20, ge=1024, le=64 * 2**20, description="Cap on each test's stdout and on a call test's "
         "serialised return value (bytes); writes past it fail inside the sandbox (RLIMIT_FSIZE), so "
@@ -110,14 +142,29 @@ class RewardConfig(BaseModel):
 
     # --- worker pool ------------------------------------------------------------------------------
     num_workers: int | None = Field(
-        None, ge=1, le=1024, description="RewardWorker actors in a RewardPool; None = the machine's "
-        "CPU count.")
+        None, ge=1, le=1024, description="RewardWorker actors in a RewardPool; None = the CPUs this process "
+        "may use (rewards.cpus.usable_cpus: its affinity and its cgroup's CPU quota, not the machine's count, "
+        "which in a container overcounts and turns correct programs into wall-clock timeouts).")
+    reward_call_grace_s: float = Field(
+        120.0, gt=0, le=3600, description="How long a reward call may run past its budget (code_group_timeout_s "
+        "per code group, math_group_timeout_s per math group) before its caller gives up: its groups are "
+        "dead-lettered (reward_timeout) and the worker, hung, is killed and restarted. Counted from when the "
+        "worker starts the call, not while it waits behind others. Covers what the budgets leave out: up to two "
+        "verifier restarts (math_startup_timeout_s each) and the sandboxes' kill and clean-up.")
     worker_num_cpus: float = Field(
         0.25, gt=0, le=64, description="Ray CPUs reserved per RewardWorker (fractional: scoring is "
         "bursty and mostly waits on subprocesses).")
 
+    @model_validator(mode="after")
+    def _test_input_fits_the_sandbox(self) -> RewardConfig:
+        if self.code_max_test_bytes > (self.code_tmpfs_mb << 20) // 2:
+            raise ValueError(f"code_max_test_bytes={self.code_max_test_bytes} exceeds half of code_tmpfs_mb="
+                             f"{self.code_tmpfs_mb} MiB: a test's input that large would leave the program no "
+                             "room in the sandbox's tmpfs; lower code_max_test_bytes or raise code_tmpfs_mb")
+        return self
+
     def resolved_num_workers(self) -> int:
-        return self.num_workers or max(1, os.cpu_count() or 1)
+        return self.num_workers or usable_cpus()
 
     @property
     def failure_reward(self) -> float:

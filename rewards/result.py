@@ -31,6 +31,27 @@ CODE_REASONS = frozenset({NO_CODE, SYNTAX_ERROR, RUNTIME_ERROR, MEMORY, SANDBOX_
 Kind = Literal["math", "code"]
 
 
+class RewardSystemError(RuntimeError):
+    """The reward system, not the response, failed: the group cannot be judged. A generation actor
+    dead-letters its prompt with ``reason`` instead of training on a reward the policy did not earn."""
+
+    reason = "reward_error"
+
+
+class SandboxUnavailable(RewardSystemError):
+    """The code sandbox could not run the program at all: its launcher did not start, or its setup failed
+    before any test ran. Never raised for what a program can cause (a launcher it killed, a timeout):
+    those stay failures, or breaking the sandbox would be a way out of a negative reward."""
+
+    reason = "sandbox_unavailable"
+
+
+class RewardTimeout(RewardSystemError):
+    """A reward call ran past its limit (RewardPool): the worker hung, or was killed for it."""
+
+    reason = "reward_timeout"
+
+
 @dataclass(frozen=True)
 class RewardResult:
     """One scored response. `reward` is what the learner trains on; `reason` says why (one of

@@ -22,6 +22,7 @@ from pathlib import Path
 from buffer.server import write_private
 from actors.cluster.priority import SYSTEM_CONFIG
 from launch.config import RunConfig
+from launch.run.redact import redact
 
 
 @dataclass
@@ -33,6 +34,7 @@ class RunResult:
     evals: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     startup: dict[str, float] = field(default_factory=dict)     # start-up phase -> seconds
+    code_isolation: tuple[str, ...] | None = None               # the code sandbox's walls (None: no code problems)
 
 
 def init_ray(cfg: RunConfig) -> None:
@@ -78,8 +80,17 @@ def _record_optimizer(cfg: RunConfig, learner, run_path: Path, buffer) -> RunCon
           flush=True)
     cfg = cfg.model_copy(update={"learner": cfg.learner.model_copy(update={"optimizer": learner.ranks.optimizer})})
     write_private(run_path / "config.json", cfg.model_dump_json(indent=2))
-    buffer.set_meta(config=cfg.model_dump_json())
+    buffer.set_meta(config=redact(cfg))
     return cfg
+
+
+def make_run_dir(path: Path) -> Path:
+    """The run directory, owner-only (0700, also when it exists already): it holds the files with the
+    Redis password (config.json, redis_url.txt, redis.json) and everything the run writes."""
+    path = path.resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
 
 
 def local_resources(cfg: RunConfig) -> dict[str, float]:
@@ -128,13 +139,13 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     from launch.run.tracking import Trackers, check_available, open_trackers
     from learner.errors import StepInterrupted
     from learner.loop import Learner
+    from rewards.code_isolation import describe as describe_isolation
     from rewards.problems import append_jsonl
     from rewards.workers import RewardPool
 
     started = time.monotonic()
     clock = StartupClock(started)
-    run_path = cfg.path.resolve()
-    run_path.mkdir(parents=True, exist_ok=True)
+    run_path = make_run_dir(cfg.path)
     model_dir, train_path, eval_path, template = _resolve_data(cfg)
     check_available(cfg.tracking.backends)          # a missing tracker package fails before anything starts
     problems = _load(cfg, train_path)               # so does a bad dataset row
@@ -148,10 +159,11 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     model = share_model(model_dir, cfg.data.model_source)      # the shared path, or pieces in the object store
     url, server = open_buffer_server(cfg.buffer, run_path)
     buffer = RunBuffer.from_url(url, cfg.run_id, cfg.buffer)
-    buffer.set_meta(config=cfg.model_dump_json(), preset=cfg.preset, **model.describe(),
+    # the meta hash is read by anyone with the URL (notebooks, other runs on a shared server): no secrets
+    buffer.set_meta(config=redact(cfg), preset=cfg.preset, **model.describe(),
                     tokenizer_path=model_dir, run_path=str(run_path), started=time.time())
     write_private(run_path / "redis_url.txt", url + "\n")     # holds the password
-    print(f"[driver] run {cfg.run_id} in {run_path}; redis {url.split('@')[-1]}; "
+    print(f"[driver] run {cfg.run_id} in {run_path}; redis {redact(url)}; "
           f"ray {ray.get_runtime_context().gcs_address}", flush=True)
 
     clock.mark("layout, model, redis")
@@ -162,7 +174,11 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     pool = actors = loops = feeder = learner = None
     trackers = Trackers([])
     try:
-        pool = RewardPool(cfg=cfg.rewards)
+        # a run with code problems checks the sandbox's walls on every worker first (rewards.code_isolation)
+        pool = RewardPool(cfg=cfg.rewards, code=_has_code(cfg, problems, eval_problems))
+        if pool.code_isolation is not None:
+            print(describe_isolation(pool.code_isolation, cfg.rewards), flush=True)
+            result.code_isolation = pool.code_isolation
         transport, actors = transport_for(cfg.actors, cfg.run_id, keep_versions=cfg.learner.versions_needed), []
 
         def start_engines(actor_transport) -> None:
@@ -270,7 +286,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     summary = build_summary(run_id=cfg.run_id, preset=cfg.preset, run_path=run_path, steps_total=cfg.steps,
                             seconds=result.seconds, rows=read_metrics(run_path / "metrics.jsonl"),
                             evals=read_evals(run_path / "evals.jsonl"), stop_reason=stop_reason,
-                            startup=result.startup)
+                            startup=result.startup, code_isolation=result.code_isolation)
     (run_path / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     trackers.log_summary(summary_scalars(summary))
     trackers.close()
@@ -303,11 +319,22 @@ def _evaluate(evaluator, buffer, learner, max_tokens: int) -> dict:
     return row
 
 
+def _has_code(cfg: RunConfig, *problem_sets) -> bool:
+    """Whether any problem goes to the code sandbox (rewards.scoring's routing)."""
+    from rewards.scoring import resolve_kind
+
+    return any(resolve_kind(p.answer, p.data_source, cfg=cfg.rewards) == "code"
+               for problems in problem_sets if problems for p in problems)
+
+
 def _load(cfg: RunConfig, path: str):
     from rewards.problems import load_problems
+    from rewards.spec_limits import SpecLimits
 
+    # code test specs checked here, where a bad one is a row number: they travel in every buffer message
+    limits = SpecLimits.of(cfg.rewards, cfg.buffer.max_message_bytes)
     return load_problems(path, cfg.data.prompt_key, cfg.data.answer_key, format=cfg.data.format,
-                         bad_rows=cfg.data.bad_rows, code_sources=cfg.rewards.code_data_sources)
+                         bad_rows=cfg.data.bad_rows, code_sources=cfg.rewards.code_data_sources, limits=limits)
 
 
 def _resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
@@ -331,12 +358,21 @@ def _shutdown(feeder, actors, loops, learner, pool) -> None:
         ("learner", lambda: learner and learner.close()),
         ("reward pool", lambda: pool and pool.shutdown()),
         ("actor kill", lambda: actors and [ray.kill(a) for a in actors]),
+        ("staged weights", _sweep_staged),     # this node's copies that killed actors left in memory
     ]
     for name, fn in steps:
         try:
             fn()
         except Exception as exc:
             print(f"[driver] shutdown of {name} failed: {type(exc).__name__}: {exc}", flush=True)
+
+
+def _sweep_staged() -> None:
+    from actors.transport.staging import sweep
+
+    removed = sweep()
+    if removed:
+        print(f"[driver] removed {len(removed)} staged weight file(s) of dead actors: {removed}", flush=True)
 
 
 def _stop_actors(actors, loops) -> None:

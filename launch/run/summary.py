@@ -82,9 +82,11 @@ def prime_summary(rows: list[dict]) -> dict | None:
 
 
 def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int, seconds: float,
-                  rows: list[dict], evals: list[dict], stop_reason: str, startup: dict | None = None) -> dict:
+                  rows: list[dict], evals: list[dict], stop_reason: str, startup: dict | None = None,
+                  code_isolation: tuple[str, ...] | None = None) -> dict:
     """``rows``: every step's metrics row; ``evals``: the evaluation rows (first = before training);
-    ``startup``: seconds per start-up phase (launch.run.progress.StartupClock)."""
+    ``startup``: seconds per start-up phase (launch.run.progress.StartupClock); ``code_isolation``: the
+    code sandbox's walls on the reward workers (rewards.code_isolation; None when no problem runs code)."""
     trained = sum(int(r.get("groups/trained", 0)) for r in rows)
     lag_means = [r["lag/mean"] for r in rows if "lag/mean" in r]
     return {
@@ -106,6 +108,7 @@ def build_summary(*, run_id: str, preset: str, run_path: Path, steps_total: int,
                    "stale_responses_dropped": sum(int(r.get("lag/stale_dropped", 0)) for r in rows)},
         "guard": guard_summary(rows),
         "prime": prime_summary(rows),
+        "code_isolation": None if code_isolation is None else list(code_isolation),
         "files": {name: str(run_path / name) for name in
                   ("config.json", "metrics.jsonl", "summary.json", "checkpoints", "logs", "redis")},
     }
@@ -163,6 +166,7 @@ def format_summary(s: dict) -> str:
         f"{g['stale_dropped']} stale dropped ({g['stale_responses_dropped']} stale responses)",
         *_guard_lines(s.get("guard")),
         *_prime_lines(s.get("prime")),
+        *([f"  code sandbox  {', '.join(s['code_isolation'])}"] if s.get("code_isolation") else []),
         f"  files         {s['run_path']}/ (config.json, metrics.jsonl, summary.json, checkpoints/, logs/, redis/)",
         f"  notebook      LAGRL_RUN_DIR={s['run_path']} jupyter notebook notebooks/monitor.ipynb",
     ]

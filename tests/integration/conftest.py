@@ -43,16 +43,7 @@ def tracked_redis(tmp_path_factory):
     """The tracked run's Redis, handed to it as ``--buffer.redis_url redis://:<password>@127.0.0.1:<port>/0``
     as a user's external Redis would be (buffer.server.EmbeddedRedis: generated password, loopback, a
     free port); killed by pid at the end of the session."""
-    from buffer.server import EmbeddedRedis
-
-    server = EmbeddedRedis(tmp_path_factory.mktemp("tracked-redis"), stop_at_exit=False).start()
-    pid = server.pid
-    yield server
-    try:
-        server.stop(timeout_s=10)
-    finally:
-        if alive_redis(pid):
-            kill_pid(pid)
+    yield from _embedded_redis(tmp_path_factory.mktemp("tracked-redis"))
 
 
 @pytest.fixture(scope="session")
@@ -128,9 +119,14 @@ def tok(tiny_world):
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     """A session-wide embedded redis-server (password, loopback, AOF), stopped at the end."""
+    yield from _embedded_redis(tmp_path_factory.mktemp("redis-session"))
+
+
+def _embedded_redis(directory: Path):
+    """An embedded redis-server in ``directory`` for a fixture's lifetime; killed by pid if it will not stop."""
     from buffer.server import EmbeddedRedis
 
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis-session"), stop_at_exit=False).start()
+    server = EmbeddedRedis(directory, stop_at_exit=False).start()
     pid = server.pid
     yield server
     try:

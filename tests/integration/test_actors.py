@@ -21,9 +21,11 @@ from actors.factory import create_generation_actors, fan_out, start_loops
 from actors.transport.object_store import RayObjectStoreTransport
 from buffer import PromptMsg, RunBuffer
 from buffer.config import BufferConfig
+from rewards.result import SandboxUnavailable
 from rewards.scoring import score_group
 from rewards.workers import RewardPool
 from tests.integration.actor_io import arith_prompts, collect_groups
+from tests.integration.reward_faults import FAST_LIMITS, HANG, StallingPool
 
 pytestmark = pytest.mark.integration
 
@@ -263,27 +265,92 @@ def test_a_call_that_fails_as_a_whole_loses_only_the_group_that_fails_alone(ray_
     # prompts, taken together, finish in the same engine step. Their call fails; each group is scored again
     # alone, so the three healthy ones are stored and only the poisoned one is dead-lettered
     run_id = f"call-{uuid.uuid4().hex[:6]}"
-    buf = _buffer(redis_url, run_id)
     prompts = arith_prompts(tok, run_id, [(1, 2), (2, 3), (3, 4), (4, 5)], n=2, max_tokens=1)
     prompts[2] = dataclasses.replace(prompts[2], answer=POISON)
-    buf.put_prompts(prompts)                    # before the loop starts: its first take gets all four
-    pool = WholeCallFailingPool(num_workers=1)
+    groups, letters = _run_actor_with(WholeCallFailingPool(num_workers=1), run_id, redis_url, tiny_world, tok,
+                                      prompts, want_groups=3)
+    assert sorted(g.group_id for g in groups) == [p.prompt_id for i, p in enumerate(prompts) if i != 2]
+    assert all(r.reward_info["reason"] for g in groups for r in g.responses)       # scored
+    assert [(d["reason"], prompts[2].prompt_id in d["detail"]) for d in letters] == [("reward_error", True)], letters
+    assert "reward worker died mid-call" in letters[0]["detail"]
+
+
+def _fail_next_put() -> None:
+    """This process's next RunBuffer.put_groups raises, as a Redis connection lost at that moment would."""
+    real = RunBuffer.put_groups
+
+    def failing(self, items):
+        RunBuffer.put_groups = real
+        raise ConnectionError("injected: connection to Redis lost")
+
+    RunBuffer.put_groups = failing
+
+
+class FlakyStorePool(RewardPool):
+    """Scores for real, except that a group whose answer is POISON comes back as SandboxUnavailable, and the first
+    call holding one makes the next put_groups raise. score_many runs in the actor's process: the put it breaks
+    is the actor's own."""
+
+    injected = False
+
+    def score_many(self, requests):
+        results = super().score_many(requests)
+        if any(r.answer == POISON for r in requests) and not FlakyStorePool.injected:
+            FlakyStorePool.injected = True
+            _fail_next_put()
+        return [SandboxUnavailable("sandbox setup failed: injected") if r.answer == POISON else out
+                for r, out in zip(requests, results)]
+
+
+def _run_actor_with(pool, run_id, redis_url, tiny_world, tok, prompts, want_groups, timeout=120):
+    """Start an actor scoring through ``pool`` on ``prompts`` (taken together: their group_size-2, one-token
+    groups finish in one engine step), -> (the groups collected, the dead letters after they came)."""
+    buf = _buffer(redis_url, run_id)
+    buf.put_prompts(prompts)
     [actor] = create_generation_actors(_cfg(), run_id, redis_url, str(tiny_world.model_dir), group_size=2,
                                        reward_scorer=pool)
     loop = start_loops([actor])
     try:
-        groups = collect_groups(buf, 3, timeout=120)
-        assert sorted(g.group_id for g in groups) == [p.prompt_id for i, p in enumerate(prompts) if i != 2]
-        assert all(r.reward_info["reason"] for g in groups for r in g.responses)       # scored
+        groups = collect_groups(buf, want_groups, timeout=timeout)
         deadline = time.monotonic() + 30
-        while not (letters := buf.dead_letters(10)) and time.monotonic() < deadline:
+        while not buf.dead_letters(10) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert [(d["reason"], prompts[2].prompt_id in d["detail"]) for d in letters] == [("reward_error", True)], letters
-        assert "reward worker died mid-call" in letters[0]["detail"]
-        assert buf.take_groups("test-learner", count=10, block_ms=500) == []
+        time.sleep(2.0)                         # a second dead letter would come within a flush or two
+        assert buf.take_groups("test-learner", count=10, block_ms=500) == []          # nothing twice
+        return groups, buf.dead_letters(10)
     finally:
         fan_out([actor], "stop")
         ray.get(loop, timeout=60)
         ray.kill(actor)
         for worker in pool.workers:
             ray.kill(worker)
+
+
+def test_a_failed_store_after_a_failed_reward_dead_letters_once_and_stores_the_rest_once(ray_local, redis_url,
+                                                                                         tiny_world, tok):
+    # the engine step's four groups share one call (one worker); the poisoned one's sandbox was unavailable, so
+    # it is dead-lettered, then the store of the other three fails. The book was settled first: the failed
+    # group is not dead-lettered again, and the three are stored at the next flush, once
+    run_id = f"put-{uuid.uuid4().hex[:6]}"
+    prompts = arith_prompts(tok, run_id, [(1, 2), (2, 3), (3, 4), (4, 5)], n=2, max_tokens=1)
+    prompts[1] = dataclasses.replace(prompts[1], answer=POISON)
+    groups, letters = _run_actor_with(FlakyStorePool(num_workers=1), run_id, redis_url, tiny_world, tok, prompts, 3)
+    assert sorted(g.group_id for g in groups) == [p.prompt_id for i, p in enumerate(prompts) if i != 1]
+    assert [(d["reason"], prompts[1].prompt_id in d["detail"]) for d in letters] == [("sandbox_unavailable", True)], \
+        letters
+    assert "sandbox setup failed: injected" in letters[0]["detail"]
+
+
+def test_a_reward_call_past_its_limit_dead_letters_only_its_hung_group_and_the_actor_goes_on(ray_local, redis_url,
+                                                                                             tiny_world, tok):
+    # the four groups' call hangs on one of them: past its limit (4 x 1 s + 2 s) the worker is killed and
+    # restarted, each group is scored again alone, the three healthy ones are stored and the hung one, past
+    # its limit again, is dead-lettered as reward_timeout. Before, the actor's scoring thread waited forever
+    run_id = f"hang-{uuid.uuid4().hex[:6]}"
+    prompts = arith_prompts(tok, run_id, [(1, 2), (2, 3), (3, 4), (4, 5)], n=2, max_tokens=1)
+    prompts[3] = dataclasses.replace(prompts[3], answer=HANG)
+    pool = StallingPool(num_workers=1, cfg=FAST_LIMITS)
+    groups, letters = _run_actor_with(pool, run_id, redis_url, tiny_world, tok, prompts, 3, timeout=90)
+    assert sorted(g.group_id for g in groups) == [p.prompt_id for p in prompts[:3]]
+    assert [(d["reason"], prompts[3].prompt_id in d["detail"]) for d in letters] == [("reward_timeout", True)], \
+        letters

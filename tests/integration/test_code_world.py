@@ -53,6 +53,9 @@ def test_mixed_math_code_run_through_the_reward_pool(ray_local, code_world, tmp_
     result = run(cfg)
     rows = [json.loads(line) for line in (result.run_path / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(r["groups/trained"] > 0 for r in rows), rows
+    # the walls the code rewards ran with, checked before any program ran (rewards.code_isolation), recorded
+    summary = json.loads((result.run_path / "summary.json").read_text())
+    assert set(summary["code_isolation"]) >= {"net", "mount", "rootfs", "pid", "ipc", "seccomp"}, summary
 
     with open_run_dir(result.run_path) as server:
         client = connect(server.url, wait_s=10)

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from rewards.code_reward import is_test_spec, parse_test_spec, score_code, stdout_matches, value_matches
+import rewards.code_reward as code_reward
+from rewards.code_reward import (
+    is_test_spec,
+    parse_test_spec,
+    score_code,
+    score_code_group,
+    stdout_matches,
+    value_matches,
+)
 from rewards.config import RewardConfig
-from rewards.sandbox.runner import CodeTest, SandboxLimits, run_tests
+from rewards.result import SandboxUnavailable, ScoreRequest
+from rewards.sandbox.runner import CodeTest, SandboxLimits, SandboxResult, run_tests
 from rewards.scoring import resolve_kind, score_group, score_requests
 
 CFG = RewardConfig(code_test_timeout_s=1.0, code_memory_mb=256)
@@ -188,3 +198,65 @@ def test_a_program_ending_each_test_just_inside_its_limit_is_stopped_by_the_resp
     # without the budget every test runs (and passes): the hole it closes
     assert all(r.success for r in run_tests(sleeper, [CodeTest("stdio", stdin="7\n")] * 3,
                                             SandboxLimits(timeout_s=0.5, max_timeouts=2)))
+
+
+def test_a_code_group_shares_its_budget_and_scores_what_it_cut_short_as_timeouts(monkeypatch):
+    """code_group_timeout_s: each response's sandbox gets at most what the group has left (its total_s and per-test
+    limit shrink), and once it is spent each response left still runs with LATE_RESPONSE_S. 2.5 s sleepers, 3 s a
+    response, 4 s a group: the second response gets what is left (< 3 s), the third and fourth only the late timer.
+    They are timeouts, a failure reward, not a dead-lettered group: a policy whose programs sleep until the budget
+    runs out must not escape its reward (the group is judged in ~budget + a few seconds, whatever the load)."""
+    seen = []
+
+    def spy(code, tests, limits):
+        seen.append(limits)
+        return run_tests(code, tests, limits)
+
+    monkeypatch.setattr(code_reward, "run_tests", spy)
+    cfg = CFG.model_copy(update={"code_test_timeout_s": 3.0, "code_response_timeout_s": 3.0, "code_group_timeout_s": 4.0})
+    sleeper = block("import time\ntime.sleep(2.5)\nprint(input())")
+    spec = json.dumps({"inputs": ["7\n"], "outputs": ["7\n"]})
+    start = time.monotonic()
+    results = score_code_group([sleeper] * 4, spec, cfg)
+    assert time.monotonic() - start < 4.0 + 4 * (code_reward.LATE_RESPONSE_S + 2.0)
+    assert seen[0].total_s == 3.0 and seen[0].timeout_s == 3.0
+    assert seen[1].total_s < 3.0 and seen[-1].total_s == code_reward.LATE_RESPONSE_S, seen
+    assert all(lim.timeout_s <= lim.total_s for lim in seen), seen
+    assert results[-1].reason == "timeout" and results[-1].reward == cfg.failure_reward, results
+    # a quick program left after the budget still passes within the late timer
+    assert score_code_group([sleeper, sleeper, block("print(input())")], spec,
+                            cfg.model_copy(update={"code_group_timeout_s": 0.5}))[-1].reason == "correct"
+    # a group that fits its budget is scored as before, every response with the full limits
+    seen.clear()
+    quick = block("print(input())")
+    assert [r.reason for r in score_code_group([quick] * 2, spec, cfg)] == ["correct", "correct"]
+    assert [lim.total_s for lim in seen] == [3.0, 3.0]
+
+
+def _failed_runs(error: str, n: int = 2):
+    return [SandboxResult(False, "", "", error=error)] * n
+
+
+def test_a_sandbox_that_cannot_run_anything_raises_but_a_broken_launcher_stays_a_failure(monkeypatch):
+    """SandboxUnavailable (the group is dead-lettered) only for failures before any program ran: the launcher
+    not started, init's setup failed. A launcher the program may have killed, or a failure during a test, is
+    scored as a failure: otherwise breaking the sandbox would escape the negative reward."""
+    program = block("def f(x):\n    return x * x")
+    monkeypatch.setattr(code_reward, "run_tests", lambda *a: _failed_runs("sandbox setup failed: OSError: mount"))
+    with pytest.raises(SandboxUnavailable, match="sandbox setup failed"):
+        score_code(program, SQUARE_ASSERTS, CFG)
+
+    def no_fork(*a):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(code_reward, "run_tests", no_fork)
+    with pytest.raises(SandboxUnavailable, match="launcher could not start"):
+        score_code(program, SQUARE_ASSERTS, CFG)
+    # through score_requests: that group's exception in its place, the math group beside it scored
+    out = score_requests([ScoreRequest([r"\boxed{4}"], "4", "math"), ScoreRequest([program], SQUARE_ASSERTS, "mbpp")], CFG)
+    assert [r.reason for r in out[0]] == ["correct"]
+    assert isinstance(out[1], SandboxUnavailable) and out[1].reason == "sandbox_unavailable"
+    for error in ("sandbox launcher died (exit -9): ", "sandbox failed during test 0: ValueError: x"):
+        monkeypatch.setattr(code_reward, "run_tests", lambda *a, error=error: _failed_runs(error))
+        r = score_code(program, SQUARE_ASSERTS, CFG)
+        assert (r.reward, r.reason) == (0.0, "sandbox_error"), r

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from pydantic import ValidationError
 
 from rewards.config import RewardConfig
+from rewards.cpus import usable_cpus
 
 
 def test_every_field_is_documented():
@@ -27,7 +26,7 @@ def test_rejects_out_of_bounds_and_unknown_keys(bad):
 def test_defaults_and_helpers():
     cfg = RewardConfig()
     assert cfg.failure_reward == 0.0 and RewardConfig(signed_reward=True).failure_reward == -1.0
-    assert cfg.resolved_num_workers() == (os.cpu_count() or 1)
+    assert cfg.resolved_num_workers() == usable_cpus()        # tests/unit/test_rewards_cpus.py
     assert RewardConfig(num_workers=3).resolved_num_workers() == 3
     assert cfg.worker_num_cpus == 0.25
     assert RewardConfig.model_validate_json(cfg.model_dump_json()) == cfg
