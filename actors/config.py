@@ -11,30 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-
-class CollectiveConfig(BaseModel):
-    """The collective weight transport (``weight_transport: collective``; actors/transport/collective.py)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Broadcast backend; auto = nccl when the learner's weights are on CUDA, else gloo.")
-    bucket_mb: int | None = Field(None, ge=1, le=16384, description="Bucket size in MB: peak extra memory per version is about one bucket (or the largest tensor); None = 256 with nccl, 64 with gloo.")
-    join_timeout_s: float = Field(60.0, gt=0, le=3600, description="How long the learner waits for members to be ready / done (and an actor for the learner's decision); keep it below buffer.reclaim_idle_ms.")
-    collective_timeout_s: float = Field(300.0, gt=0, le=7200, description="Bound on building a group and on each broadcast; a dead member ends it with an error naming it.")
-    heartbeat_s: float = Field(1.0, gt=0, le=60, description="Seconds between an actor's heartbeats into the learner's hub (written from its loop).")
-    stale_after_s: float = Field(15.0, gt=0, le=3600, description="A member silent this long is treated as dead: the learner stops waiting for it and re-forms the group without it.")
-    max_attempts: int = Field(3, ge=1, le=10, description="Attempts per version (each with the survivors of the last) before the learner raises.")
-    catch_up_every_s: float = Field(2.0, gt=0, le=600, description="While waiting for data, how often the learner checks for live actors lacking the published version (restarted or added) and sends it to them.")
-    start_timeout_s: float = Field(900.0, gt=0, le=7200, description="How long the learner waits at start for every actor to register (engine start-up included).")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> CollectiveConfig:
-        if self.stale_after_s < 2 * self.heartbeat_s:
-            raise ValueError(f"stale_after_s={self.stale_after_s} must be >= 2 * heartbeat_s={self.heartbeat_s}: "
-                             "a live actor would look dead between two heartbeats")
-        return self
-
 from actors.cluster.placement import CustomResources
+from actors.transport.config import CollectiveConfig
 
 
 class ActorConfig(BaseModel):
@@ -44,7 +22,7 @@ class ActorConfig(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; keep 1.0 for unbiased behaviour log-probs.")
     max_model_len: int = Field(32768, ge=16, description="vLLM context length (prompt + response).")
     max_prompts_in_flight: int = Field(64, ge=1, description="Prompts an actor keeps in its engine at once (continuous batching).")
-    weight_transport: Literal["auto", "ray", "collective"] = Field("auto", description="Ray object store (CPU, multi-node, small models) or a collective broadcast from learner rank 0 into every engine (NCCL on GPU, gloo on CPU); 'nccl' is accepted for collective. 'auto': the driver picks from the placement and says why (launch.layout): ray on CPU, collective over gloo when the learner and engines share a GPU, collective over NCCL on separate GPUs.")
+    weight_transport: Literal["auto", "ray", "collective"] = Field("auto", description="Ray object store (CPU, multi-node, small models) or a collective broadcast from learner rank 0 into every engine (NCCL on GPU, gloo on CPU); 'nccl' is accepted for collective. 'auto': the driver picks from the placement and says why (launch.config.layout): ray on CPU, collective over gloo when the learner and engines share a GPU, collective over NCCL on separate GPUs.")
     collective: CollectiveConfig = Field(default_factory=CollectiveConfig, description="Settings of the collective weight transport.")
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs per actor (0 on CPU); tensor_parallel_size GPUs are needed per engine. Below 1 the engine may share its GPU with the learner or other engines (tensor_parallel_size 1 only); its gpu_memory_utilization must then fit in that share.")
     num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves per actor.")
@@ -79,7 +57,7 @@ class ActorConfig(BaseModel):
     def transport_or_default(self) -> ActorConfig:
         """This config with weight_transport 'auto' made concrete where no placement is known (an
         actor built without the driver): the object store, which works for every placement. The
-        driver resolves 'auto' from the placement first (launch.layout)."""
+        driver resolves 'auto' from the placement first (launch.config.layout)."""
         if self.weight_transport != "auto":
             return self
         return self.model_copy(update={"weight_transport": "ray"})

@@ -54,7 +54,7 @@ TARGET_OF_BOUND = 0.9     # issue 32: the async steady step within 1/0.9 of max(
 
 
 def configs(steps: int, run_dir: Path, tag: str, extra: list[str]):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
 
     cfgs = {}
     for mode, preset in MODES.items():

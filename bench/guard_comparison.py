@@ -3,7 +3,7 @@
     .venv/bin/python bench/guard_comparison.py                       # tiny world, 3 seeds, 30 steps
     .venv/bin/python bench/guard_comparison.py --seeds 0 1 2 3 4 --steps 60 --out runs/guard-cmp
 
-Each seed is one ``launch.tools.ablation`` run of the three presets (one learning rate for all
+Each seed is one ``launch.experiments.ablation`` run of the three presets (one learning rate for all
 three: the smallest their scaling gives, so they differ in the sampling regime and the guard only),
 with ``--seed`` for every arm. Per arm it prints mean ± sd over seeds of: entropy at the first
 and last step and its lowest value, the entropy floor the guard's defaults give that run (the largest of
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--out", type=Path, default=Path("runs/guard-comparison"))
     args = ap.parse_args(argv)
-    from launch.tools.ablation import run_ablation
+    from launch.experiments.ablation import run_ablation
 
     runs: list[dict] = []
     for seed in args.seeds:

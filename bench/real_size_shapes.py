@@ -231,7 +231,7 @@ def figures(cfg, result, sampler: Sampler, model_dir: Path) -> dict:
 
 def measure(argv: list[str], default_preset: str = "onpolicy") -> dict:
     """Run ``--shapes`` with ``argv`` overrides in this process and return :func:`figures`."""
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
     from launch.worlds.shapes.build import ensure_shapes_world
 

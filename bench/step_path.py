@@ -4,7 +4,7 @@
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/step_path.py --steps 20 --modes on --json out.json
     flock /tmp/lagrl-heavy.lock .venv/bin/python bench/step_path.py --steps 20 --modes on --rounds 3
 
-On one GPU, shared by the actor and the learner rank as the smoke's run shares it (``launch.smoke``):
+On one GPU, shared by the actor and the learner rank as the smoke's run shares it (``launch.ops.smoke``):
 ``--modes on --actors.dtype bfloat16 --actors.num_gpus 0.5 --actors.gpu_memory_utilization 0.25
 --learner.device cuda --learner.dtype bf16 --learner.gpus_per_rank 0.5``.
 
@@ -101,7 +101,7 @@ class BareEngine:
 
     def close(self) -> None:
         """Shut the engine down (a separate engine core frees its GPU memory now, before the next run)."""
-        from launch.smoke.context import close_llm
+        from launch.ops.smoke.context import close_llm
 
         close_llm(self.llm)
 
@@ -174,7 +174,7 @@ def main() -> None:
     import ray
 
     from bench.paired import ratio_line
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import init_ray, run
     from launch.worlds import world_data
 

@@ -169,7 +169,7 @@ def _rx_device(args, rank: int) -> str:
 
 # ---- collective -----------------------------------------------------------------------------------------
 def measure_collective(params, args, ctx) -> tuple[list[float], int, list[float]]:
-    from actors.config import CollectiveConfig
+    from actors.transport.config import CollectiveConfig
     from actors.transport import make_transport
     from tests.collective_members import member_main
 

@@ -1,7 +1,7 @@
 """The DeepSpeed toolkit: every DeepSpeed engine of the project is set up and stepped through these.
 
 Users: the policy (``learner.engine.RankEngine``), PRIME's implicit PRM (``learner.prm_engine``), the
-SFT stage (``launch.sft.train``) and the learner benchmark (``bench/learner_throughput.py``).
+SFT stage (``launch.recipes.sft.train``) and the learner benchmark (``bench/learner_throughput.py``).
 
     set_rendezvous / init_distributed   torch.distributed through DeepSpeed (gloo on CPU, NCCL on CUDA)
     load_hf_model                       an HF causal LM for training (no KV cache, optional checkpointing)

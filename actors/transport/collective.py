@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from actors.config import CollectiveConfig
+from actors.transport.config import CollectiveConfig
 from actors.transport import WeightTransferError, as_source, parse_location_version
 
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Callable
 
-from actors.config import CollectiveConfig
+from actors.transport.config import CollectiveConfig
 from actors.transport import WeightTransferError
 from actors.transport.hub import Hub
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from actors.config import CollectiveConfig
+from actors.transport.config import CollectiveConfig
 from actors.transport import WeightSource, WeightTransferError
 from actors.transport.channel import (
     Channel,

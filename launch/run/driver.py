@@ -22,7 +22,7 @@ from pathlib import Path
 from buffer.server import write_private
 from actors.cluster.priority import SYSTEM_CONFIG
 from launch.config import RunConfig
-from launch.run.redact import redact
+from launch.config.redact import redact
 
 
 @dataclass
@@ -59,10 +59,10 @@ def init_ray(cfg: RunConfig) -> None:
 def _resolve_layout(cfg: RunConfig) -> tuple[RunConfig, float]:
     """Refuse, before anything starts, a GPU layout the cluster cannot hold (naming the fix); write
     the weight transport (and collective backend) the placement calls for into the config and say
-    which and why (launch.layout). Returns the config and the cluster's GPU count."""
+    which and why (launch.config.layout). Returns the config and the cluster's GPU count."""
     import ray
 
-    from launch.layout import LayoutError, choose_transport, cluster_problems, resolved_actors
+    from launch.config.layout import LayoutError, choose_transport, cluster_problems, resolved_actors
 
     gpus = float(ray.cluster_resources().get("GPU", 0))
     problems = cluster_problems(cfg, gpus)
@@ -129,7 +129,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
     from actors.factory import actor_name, create_generation_actors, start_loops, wait_started
     from actors.transport import transport_for
     from buffer import RunBuffer, open_buffer_server
-    from launch.layout import engines_start_early
+    from launch.config.layout import engines_start_early
     from launch.run.data import PromptRenderer
     from launch.run.evaluation import Evaluator
     from launch.run.feeder import PromptFeeder
@@ -186,7 +186,7 @@ def run(cfg: RunConfig, on_step=None) -> RunResult:
                 cfg.actors, cfg.run_id, url, model, group_size=cfg.group_size, seed=cfg.seed, reward_scorer=pool,
                 buffer_cfg=cfg.buffer, log_dir=str(run_path / "logs"), transport=actor_transport))
 
-        # Where they may (launch.layout.engines_start_early: the object store, no shared GPU), the actors
+        # Where they may (launch.config.layout.engines_start_early: the object store, no shared GPU), the actors
         # build their engines while the ranks load DeepSpeed and the model: start-up is the longer of
         # the two, not their sum. Otherwise (a collective transport's members join rank 0's group as
         # they start) they are created once the learner is up.

@@ -4,7 +4,7 @@ Evaluation prompts go to the run's `.eval` namespace (see actors.generation.eval
 actors serve them first and write their groups there, so the learner never sees held-out data.
 Each prompt carries `min_version` = the version being evaluated, so the numbers belong to a
 known policy version. The row carries the pass@k curve as ``eval/pass@{k}`` for k = 1, 2, 4, ...,
-n (``rewards.evaluate.curve_ks``); ``launch.analysis.compare`` plots one curve per evaluated checkpoint.
+n (``rewards.evaluate.curve_ks``); ``launch.experiments.analysis.compare`` plots one curve per evaluated checkpoint.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ so a tracker holds the same rows under the same names:
   are left to the files. MLflow forbids ``@`` in names: there ``eval/avg@n`` is ``eval/avg_at_n``
   (:func:`mlflow_name`, the one rule);
 - the resolved config as hyperparameters (flattened to ``learner.lr``-style keys), redacted
-  (``launch.run.redact``): a tracker's files and servers are outside the 0700 run directory;
+  (``launch.config.redact``): a tracker's files and servers are outside the 0700 run directory;
 - the run id as the tracker's run name (and W&B's run id), so a resumed run continues the same
   tracker run: TensorBoard discards the events of the steps being retrained (``purge_step``), W&B
   resumes the run id, MLflow reopens the run tagged with it.
@@ -25,49 +25,14 @@ A tracker that fails in the middle of a run is reported once and dropped; the ru
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from launch.run.redact import redact
+from launch.config.redact import redact
+from launch.config.refs import load
+from launch.config.tracking import TRACKERS, TrackingConfig
 from launch.run.trackers.names import flat_config, mlflow_name, scalars  # noqa: F401  (the names' one rule)
-
-Backend = Literal["tensorboard", "wandb", "mlflow"]
-# backend -> (module that must import, the install that provides it)
-_NEEDS = {"tensorboard": ("tensorboard", "pip install tensorboard"),
-          "wandb": ("wandb", "pip install -e '.[tracking]'  (or: pip install wandb)"),
-          "mlflow": ("mlflow", "pip install -e '.[tracking]'  (or: pip install mlflow-skinny)")}
-
-
-class TrackingConfig(BaseModel):
-    """``--tracking tensorboard,wandb,mlflow`` (any subset, ``none`` for none) sets ``backends``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    backends: list[Backend] = Field(default_factory=lambda: ["tensorboard"],
-                                    description="Trackers that receive every metrics row and evaluation.")
-    project: str = Field("lagrl", min_length=1, description="W&B project and MLflow experiment name.")
-    wandb_entity: str | None = Field(None, description="W&B entity (team or user); None = W&B's default.")
-    mlflow_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI, else "
-                                   "a local file store in <run_dir>/mlruns (shared by the runs of run_dir).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_list(cls, value: Any) -> Any:
-        """``"tensorboard,wandb"``, ``["wandb"]`` or ``"none"`` stand for ``{"backends": [...]}``."""
-        if isinstance(value, str):
-            value = [] if value.strip().lower() in ("", "none") else [v.strip() for v in value.split(",")]
-        if isinstance(value, list):
-            return {"backends": value}
-        return value
-
-    @model_validator(mode="after")
-    def _no_repeats(self) -> TrackingConfig:
-        if len(set(self.backends)) != len(self.backends):
-            raise ValueError(f"tracking backends repeat: {self.backends}")
-        return self
-
 
 class TrackerUnavailable(RuntimeError):
     """A tracker was asked for but its package is not installed (the message names the install)."""
@@ -88,12 +53,27 @@ class Tracker(Protocol):
     def close(self, failed: bool = False) -> None: ...
 
 
+@dataclass(frozen=True)
+class TrackerContext:
+    """What a tracker's ``open(context)`` gets: the run's name, its directory (TensorBoard writes ``log_dir/tb``,
+    W&B ``log_dir/wandb``), where a default MLflow store goes (``store_root/mlruns``), the redacted
+    hyperparameters, the first step this process logs, the tracking config and the console."""
+
+    name: str
+    log_dir: Path
+    store_root: Path
+    hparams: dict[str, Any]
+    start_step: int
+    cfg: TrackingConfig
+    log: Any = print
+
+
 def check_available(backends: list[str]) -> None:
     """Raise TrackerUnavailable for the first backend whose package is missing (cheap: no import)."""
     for b in backends:
-        module, fix = _NEEDS[b]
-        if importlib.util.find_spec(module) is None:
-            raise TrackerUnavailable(f"--tracking {b}: the '{module}' package is not installed; {fix}")
+        entry = TRACKERS[b]
+        if importlib.util.find_spec(entry.package) is None:
+            raise TrackerUnavailable(f"--tracking {b}: the '{entry.package}' package is not installed; {entry.install}")
 
 
 class Trackers:
@@ -151,21 +131,11 @@ def open_trackers(cfg: TrackingConfig, *, name: str, log_dir: str | Path, store_
     first step this process logs (after a resume, the events of later steps from before are replaced).
     ``hparams`` are redacted here, once for every backend."""
     check_available(cfg.backends)
-    hparams = redact(hparams)
-    log_dir, store_root = Path(log_dir), Path(store_root)
+    context = TrackerContext(name, Path(log_dir), Path(store_root), redact(hparams), start_step, cfg, log)
     opened: list[Tracker] = []
     try:
         for backend in cfg.backends:
-            if backend == "tensorboard":
-                from launch.run.trackers.tensorboard_tracker import TensorBoardTracker
-                opened.append(TensorBoardTracker(log_dir / "tb", hparams, start_step))
-            elif backend == "wandb":
-                from launch.run.trackers.wandb_tracker import WandbTracker
-                opened.append(WandbTracker(name, log_dir, hparams, project=cfg.project, entity=cfg.wandb_entity))
-            elif backend == "mlflow":
-                from launch.run.trackers.mlflow_tracker import MlflowTracker
-                opened.append(MlflowTracker(name, hparams, uri=cfg.mlflow_uri, store_root=store_root,
-                                            experiment=cfg.project, log=log))
+            opened.append(load(TRACKERS[backend].tracker).open(context))
     except BaseException:
         for t in opened:
             t.close(failed=True)

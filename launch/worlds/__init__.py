@@ -14,9 +14,10 @@
 
     python -m launch.worlds tiny            # build (or find) a world and print its manifest
 
-:data:`WORLDS` maps each world's name to where its three parts live, as ``"module:attribute"``
-references loaded on first use (a world's modules import torch and the run config, which this
-registry must not: ``launch.config`` takes the names from here):
+``launch.config.worlds.WORLDS`` (the registry, in the config layer: the config's ``world`` field takes its
+names from it) maps each world's name to where its three parts live, as ``"module:attribute"``
+references loaded on first use (a world's modules import torch and the run config, which the registry
+must not):
 
 - ``scale``: ``scale(cfg: RunConfig) -> RunConfig``, any preset scaled to the world (``--world``);
 - ``build``: ``build(seed=0, cache_dir=None, log=print) -> cache.World``, the built world (cached);
@@ -24,67 +25,15 @@ registry must not: ``launch.config`` takes the names from here):
   tokenizer has no chat template (the code world's has one).
 
 Adding a world: a folder here (its task, model, ``build.py`` through :func:`cache.ensure_world`, and
-``scale.py`` through :func:`scaling.rescale`) and one entry in :data:`WORLDS`. Nothing else: the
+``scale.py`` through :func:`scaling.rescale`) and one entry in ``launch/config/worlds.py``. Nothing else: the
 config's ``world`` field, the ``--world NAME`` / ``--NAME`` flags of every entry script, the
 driver's model and data, and ``python -m launch.worlds NAME`` all come from the entry.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import Any, Literal
-
-
-@dataclass(frozen=True)
-class WorldEntry:
-    scale: str              # "module:function": any preset -> this world
-    build: str              # "module:function": the built world (cached)
-    template: str           # "module:CONSTANT": the prompt template
-    help: str               # one line for --help
-    evaluates: bool = True  # data.eval_path defaults to the world's validation split
-
-
-WORLDS: dict[str, WorldEntry] = {
-    "tiny": WorldEntry(
-        scale="launch.worlds.tiny.scale:scale_to_tiny", build="launch.worlds.tiny.build:ensure_tiny_world",
-        template="launch.worlds.tiny.task:PROMPT_TEMPLATE",
-        help="scale to the tiny CPU world (same ratios)"),
-    "reasoning": WorldEntry(
-        scale="launch.worlds.reasoning.scale:scale_to_reasoning",
-        build="launch.worlds.reasoning.build:ensure_reasoning_world",
-        template="launch.worlds.reasoning.task:PROMPT_TEMPLATE",
-        help="the reasoning CPU world: written-out running sums, 64 -> 128 -> 256-token budgets, truncation and "
-             "overlong shaping bite (launch/worlds/reasoning)"),
-    "code": WorldEntry(
-        scale="launch.worlds.code.scale:scale_to_code", build="launch.worlds.code.build:ensure_code_world",
-        template="launch.worlds.code.scale:PROMPT_TEMPLATE",
-        help="the code CPU world: a+b and one-line Python programs trained together, code scored in the sandbox "
-             "(launch/worlds/code)"),
-    "routes": WorldEntry(
-        scale="launch.worlds.routes.scale:scale_to_routes", build="launch.worlds.routes.build:ensure_routes_world",
-        template="launch.worlds.routes.task:PROMPT_TEMPLATE",
-        help="the routes CPU world: sums solved along many equivalent routes, a warmed-up policy with entropy to "
-             "lose (>= 0.4 nats/token), 48 -> 96 -> 192-token budgets (launch/worlds/routes)"),
-    "slips": WorldEntry(
-        scale="launch.worlds.routes.scale:scale_to_slips", build="launch.worlds.routes.build:ensure_slips_world",
-        template="launch.worlds.routes.task:PROMPT_TEMPLATE",
-        help="the slips CPU world: the routes grammar, where the rarer separators and check words make the next "
-             "addition slip, so the choices RL sharpens hold most of the entropy (launch/worlds/routes)"),
-    "shapes": WorldEntry(
-        scale="launch.worlds.shapes.scale:scale_to_shapes", build="launch.worlds.shapes.build:ensure_shapes_world",
-        template="launch.worlds.tiny.task:PROMPT_TEMPLATE", evaluates=False,
-        help="real-size shapes on CPU: Qwen2.5-0.5B architecture with random weights, 512-token responses, "
-             "3 measured steps (launch/worlds/shapes)"),
-}
-
-WorldName = Literal[tuple(WORLDS)]      # the config's type: exactly the registered names
-
-
-def load(ref: str) -> Any:
-    """The attribute a ``"module:attribute"`` reference names (the module is imported now)."""
-    module, _, attribute = ref.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+from launch.config.refs import load
+from launch.config.worlds import WORLDS, WorldEntry, WorldName  # noqa: F401  (the registry, re-exported)
 
 
 def entry(name: str) -> WorldEntry:

@@ -54,7 +54,7 @@ def tracked_run_record(ray_local, tiny_world, tracked_redis, tmp_path_factory) -
     ``sys.argv`` is the launch command line while it runs, as W&B records it."""
     import json
 
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     top = tmp_path_factory.mktemp("tracked")

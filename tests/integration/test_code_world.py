@@ -44,7 +44,7 @@ def test_mixed_math_code_run_through_the_reward_pool(ray_local, code_world, tmp_
     from buffer.audit import audit
     from buffer.monitor import Monitor
     from buffer.server import open_run_dir
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     cfg, _ = build_config(["--code", "--steps", "3", "--tracking", "none", "--data.eval_max_problems", "40",

@@ -21,7 +21,8 @@ import pytest
 import ray
 import torch
 
-from actors.config import ActorConfig, CollectiveConfig
+from actors.config import ActorConfig
+from actors.transport.config import CollectiveConfig
 from actors.factory import actor_name, create_generation_actors, fan_out, start_loops
 from actors.transport import make_transport
 from buffer import RunBuffer

@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from actors.config import CollectiveConfig
+from actors.transport.config import CollectiveConfig
 from tests.collective_members import Rank0, checksums
 
 pytestmark = [pytest.mark.gpu, pytest.mark.integration]

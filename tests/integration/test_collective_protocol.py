@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from actors.config import CollectiveConfig
+from actors.transport.config import CollectiveConfig
 from actors.transport import WeightTransferError
 from tests.collective_members import Rank0, checksums, weights
 

@@ -102,7 +102,7 @@ def _assert_console_reads_well(console: str, summary: dict, run_path: Path) -> N
 
 @pytest.mark.slow     # ~5.5 min: 40 steps of 16 updates (the guard test runs reuse-4 in the loop by default)
 def test_offpolicy_reuse4_tiny_in_process(ray_local, tmp_path, tiny_world):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     cfg, _ = build_config(["--tiny", "--run_dir", str(tmp_path / "runs"), "--run_id", "offpolicy-e2e"],

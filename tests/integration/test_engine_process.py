@@ -132,7 +132,7 @@ def _shm() -> set[str]:
 
 
 def _run(tmp_path, run_id: str, args: list[str], checks: EngineChecks):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     shm_before = _shm()

@@ -176,7 +176,7 @@ def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local
 
     import rewards.workers
     from buffer import RunBuffer, connect
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.data import PromptRenderer
     from launch.run.driver import run
     from launch.worlds.tiny.task import PROMPT_TEMPLATE
@@ -329,7 +329,7 @@ def _all_groups(client, run_id: str):
 _RAY_PROBE = """
 import json, os, sys, time
 import psutil
-from launch.cli import build_config
+from launch.run.compose import build_config
 from launch.run.driver import init_ray
 cfg, _ = build_config(["--tiny"], default_preset="onpolicy")
 init_ray(cfg)

@@ -1,4 +1,4 @@
-"""launch.tools.filter_difficulty on the tiny world: real vLLM sampling, math-verify scoring, the books balance.
+"""launch.experiments.filter_difficulty on the tiny world: real vLLM sampling, math-verify scoring, the books balance.
 
 The CLI runs in a subprocess (its vLLM engine lowers torch's thread count for the whole process,
 which must not leak into other tests). Its per-prompt stats (``--stats_out`` with the responses)
@@ -38,7 +38,7 @@ def test_filter_keeps_only_mixed_groups(tiny_world, tmp_path):
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     proc = subprocess.run(
-        [sys.executable, "-m", "launch.tools.filter_difficulty", "--tiny", "--input", str(src), "--output", str(out),
+        [sys.executable, "-m", "launch.experiments.filter_difficulty", "--tiny", "--input", str(src), "--output", str(out),
          "--n", str(N), "--stats_out", str(stats_path), "--stats_responses", "--batch_prompts", "16"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -82,7 +82,7 @@ def test_cli_errors_before_any_engine(tmp_path, content, message):
     src = tmp_path / "in.jsonl"
     if content is not None:
         src.write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "launch.tools.filter_difficulty", "--tiny", "--input", str(src),
+    proc = subprocess.run([sys.executable, "-m", "launch.experiments.filter_difficulty", "--tiny", "--input", str(src),
                            "--output", str(tmp_path / "out.jsonl")], cwd=REPO, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
@@ -101,7 +101,7 @@ def test_filter_reads_the_verl_layout_and_scores_code_in_the_sandbox(code_world,
     rows.append(bad)
     src, out, stats_path = tmp_path / "in.jsonl", tmp_path / "kept.jsonl", tmp_path / "stats.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    base = [sys.executable, "-m", "launch.tools.filter_difficulty", "--model_dir", str(code_world.model_dir),
+    base = [sys.executable, "-m", "launch.experiments.filter_difficulty", "--model_dir", str(code_world.model_dir),
             "--input", str(src), "--output", str(out), "--n", str(N), "--max_tokens", "32", "--dtype", "float32"]
     refused = subprocess.run(base, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "row 41: test 0 has type 'file'" in refused.stderr, refused.stderr[-2000:]

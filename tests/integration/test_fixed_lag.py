@@ -34,7 +34,7 @@ def _show(run_id: str, rows: list[dict], seconds: float) -> str:
 
 
 def _run(tmp_path: Path, run_id: str, k: int, steps: int, extra: list[str] = ()):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     cfg, _ = build_config(["--tiny", "--steps", str(steps), "--run_dir", str(tmp_path / "runs"), "--run_id", run_id,

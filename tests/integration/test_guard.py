@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def _guarded_run(tmp_path, run_id: str, steps: int, rule_args: list[str]):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     off = {"--learner.guard.entropy_floor_start_frac": "null", "--learner.guard.entropy_floor_target_frac": "null",

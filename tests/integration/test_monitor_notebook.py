@@ -78,7 +78,7 @@ def _group(tok, i: int, actor_id: str, version: int) -> Group:
 def test_monitor_notebook_synthetic_run(tmp_path: Path, tiny_world, kernel_env: str):
     from tokenizers import Tokenizer
 
-    from launch.analysis import compare
+    from launch.experiments.analysis import compare
 
     tok = Tokenizer.from_file(str(tiny_world.model_dir / "tokenizer.json"))
     rng = np.random.default_rng(0)
@@ -168,10 +168,10 @@ def test_monitor_notebook_on_a_finished_run_dir(tmp_path: Path, kernel_env: str)
 
 
 def test_compare_cli_from_redis(tmp_path: Path, capsys: pytest.CaptureFixture):
-    """``python -m launch.analysis.compare --redis-url URL --runs A B``: labels carry the preset from meta."""
+    """``python -m launch.experiments.analysis.compare --redis-url URL --runs A B``: labels carry the preset from meta."""
     import csv
 
-    from launch.analysis import compare
+    from launch.experiments.analysis import compare
 
     rng = np.random.default_rng(1)
     with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:

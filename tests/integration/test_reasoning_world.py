@@ -53,7 +53,7 @@ def test_warmed_up_policy_is_in_the_band_rl_needs(reasoning_world):
 
 @pytest.mark.slow   # the reasoning world's build: ~4-6 min in a fresh clone on 2 cores
 def test_driver_runs_two_steps_across_a_stage_boundary(ray_local, tmp_path, reasoning_world):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     stages = json.dumps([{"max_tokens": 64, "steps": 1}, {"max_tokens": 128}])

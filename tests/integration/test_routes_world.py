@@ -64,7 +64,7 @@ def test_built_world_has_entropy_to_lose(tmp_path, routes_world):
 
 @pytest.mark.slow
 def test_driver_runs_two_steps_across_a_stage_boundary(ray_local, tmp_path, routes_world):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     stages = json.dumps([{"max_tokens": 48, "steps": 1}, {"max_tokens": 96}])

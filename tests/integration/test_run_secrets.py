@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from launch.run.redact import REDACTED
+from launch.config.redact import REDACTED
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, capsys):
-    from launch.science.__main__ import main
-    from launch.science.findings import finding
+    from launch.experiments.science.__main__ import main
+    from launch.experiments.science.findings import finding
 
     out = tmp_path / "science"
     argv = ["--findings", "reuse", "--seeds", "1", "--steps", "3", "--world", "tiny", "--out", str(out),
@@ -50,8 +50,8 @@ def test_full_report_on_the_cpu_worlds(ray_local, tmp_path, tiny_world, reasonin
     """The full report as the README runs it: every finding, 3 seeds, the routes world (the entropy and
     lag findings), the tiny world (entropy control under reuse) and the reasoning world (the length findings). Every run finishes and every check gets a verdict from 3 paired seeds; which way the
     verdicts fall is the measurement (README), not something a test may demand."""
-    from launch.science.__main__ import main
-    from launch.science.findings import FINDINGS
+    from launch.experiments.science.__main__ import main
+    from launch.experiments.science.findings import FINDINGS
 
     out = tmp_path / "science"
     assert main(["--out", str(out)]) == 0

@@ -1,6 +1,6 @@
 """The Sky-T1 recipe on the tiny world: SFT -> PRIME -> SFT -> RLOO, each stage's output the next's input.
 
-``launch.skyt1.pipeline`` runs the four stages as the commands a user runs (``python -m launch.sft``,
+``launch.recipes.skyt1.pipeline`` runs the four stages as the commands a user runs (``python -m launch.recipes.sft``,
 ``launch/ablate.py --preset skyt1_prime|skyt1_rloo --tiny``): real DeepSpeed for the SFT stages, and
 real Ray, Redis, vLLM, DeepSpeed and math-verify for the RL stages, where the policy and the implicit
 PRM are DeepSpeed engines and the frozen reference a torch model on the learner's rank. SFT data are
@@ -39,7 +39,7 @@ def _curve(figures: dict) -> dict[int, float]:
 
 
 def test_sft_prime_sft_rloo_chain_on_the_tiny_world(tmp_path, tiny_world):
-    from launch.skyt1.pipeline import main
+    from launch.recipes.skyt1.pipeline import main
 
     out = tmp_path / "skyt1"
     stages = main(["--tiny", "--out", str(out),

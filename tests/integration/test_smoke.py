@@ -1,4 +1,4 @@
-"""The GPU smoke command on CPU (``python -m launch.smoke --device cpu``), as a user runs it: one process,
+"""The GPU smoke command on CPU (``python -m launch.ops.smoke --device cpu``), as a user runs it: one process,
 real vLLM, Ray, Redis, DeepSpeed and math-verify, so the command keeps working without a GPU. Every
 assertion reads its console and its JSON summary.
 
@@ -27,7 +27,7 @@ def smoke_command(tmp_path: Path, tiny_world, *args: str) -> tuple[subprocess.Co
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "smoke.json"
     env = {**os.environ, "LAGRL_CACHE": str(tiny_world.root.parent), "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "launch.smoke", "--device", "cpu", *args, "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "launch.ops.smoke", "--device", "cpu", *args, "--out", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     return proc, json.loads(out.read_text()) if out.exists() else None
 

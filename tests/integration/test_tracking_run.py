@@ -88,7 +88,7 @@ def test_wandb_offline_files_equal_the_jsonl(tracked_run):
 
 @pytest.mark.slow   # a second driver start (~2 min): the resume path of every tracker through the driver
 def test_a_resumed_run_continues_the_same_tracker_runs(tracked_run_record):
-    from launch.cli import build_config
+    from launch.run.compose import build_config
     from launch.run.driver import run
 
     t = tracked_run_record

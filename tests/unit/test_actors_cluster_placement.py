@@ -39,7 +39,7 @@ def test_custom_resources_refused(resources, why):
 
 
 def test_cli_overrides_reach_placement_fields():
-    from launch.cli import build_config
+    from launch.run.compose import build_config
 
     cfg, _ = build_config(["--tiny", "--actors.resources", '{"gen": 1}', "--learner.resources", '{"train": 1}',
                            "--learner.checkpoint_dir", "/shared/ckpt", "--data.model_source", "object_store"],

@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from actors.config import ActorConfig, CollectiveConfig
+from actors.config import ActorConfig
+from actors.transport.config import CollectiveConfig
 from actors.transport import ParamMeta, TensorListSource, WeightTransferError, make_transport
 from actors.transport.channel import plan_buckets, plan_from_json, plan_id, plan_to_json
 from actors.transport.hub import Hub
@@ -166,7 +167,7 @@ def test_nccl_on_a_shared_gpu_is_refused_naming_the_fix():
     shared = {"num_gpus": 0.5, "gpu_memory_utilization": 0.4}
     with pytest.raises(ValueError, match=r"num_gpus=0.5 with collective.backend=nccl.*backend gloo.*--actors.num_gpus 1"):
         ActorConfig(**shared, weight_transport="collective", collective={"backend": "nccl"})
-    # 'auto' is made concrete from the placement before any actor starts (launch.layout): gloo on a shared GPU
+    # 'auto' is made concrete from the placement before any actor starts (launch.config.layout): gloo on a shared GPU
     for backend in ("gloo", "auto"):
         ActorConfig(**shared, weight_transport="collective", collective={"backend": backend})
     ActorConfig(**shared, weight_transport="ray")

@@ -8,8 +8,9 @@ cycle through it is still a cycle a reader has to untangle), with relative impor
 
 The layering, as the code keeps it (DESIGN.md §1 restated precisely; README "Layout" says the same):
 
-    launch          -> every package (entry scripts, config, the run's runtime, worlds, recipes, tools,
-                       analysis)
+    launch          -> every package; inside, by floors (LAUNCH_FLOORS, launch/__init__.py): config, worlds,
+                       run, recipes, experiments | ops, the entry scripts; nothing imports up
+                       (test_launch_imports_down_its_floors), no package-level cycle anywhere
     actors          -> buffer, rewards
     actors.cluster  -> nothing outside itself (how a run's Ray processes are placed, get the model, and
                        at what priority: shared by the actors and the learner ranks, no vLLM)
@@ -37,6 +38,16 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "learner": ("buffer", "actors.transport", "actors.cluster.*"),
     "launch": PACKAGES,
 }
+# launch/ inside, bottom to top (launch/__init__.py draws it): a module imports launch modules only from
+# lower floors, or from its own subpackage on its floor (experiments and ops, one floor, stay apart)
+LAUNCH_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("launch.config",),
+    ("launch.worlds",),
+    ("launch.run",),
+    ("launch.recipes",),
+    ("launch.experiments", "launch.ops"),
+    ("launch",),                  # the entry scripts, their command line, the old paths' aliases
+)
 # learner's pure math: functions over tensors and masks, no cluster, store or trainer engine
 PURE_MATH = ("advantages", "loss", "entropy_control", "corrections", "guard_rules", "prime", "rloo", "lag",
              "reduce", "masked")
@@ -150,6 +161,38 @@ def layering_violations(graph: dict[str, set[str]], layers: dict[str, tuple[str,
     return sorted(out)
 
 
+def floor_violations(graph: dict[str, set[str]], floors: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Every ``module -> target`` edge inside the floors that runs up, or sideways out of its subpackage."""
+    where = {group: i for i, groups in enumerate(floors) for group in groups}
+
+    def place(module: str) -> tuple[int, str] | None:
+        group = _layer(module, where)
+        return None if group is None else (where[group], group)
+
+    out = []
+    for m, targets in graph.items():
+        if (mine := place(m)) is None:
+            continue
+        for t in targets:
+            theirs = place(t)
+            if theirs is not None and (theirs[0] > mine[0] or theirs[0] == mine[0] and theirs[1] != mine[1]):
+                out.append(f"{m} -> {t}")
+    return sorted(out)
+
+
+def package_graph(graph: dict[str, set[str]], root: Path, packages: Iterable[str]) -> dict[str, set[str]]:
+    """The graph between packages: a module counts as the package (folder) it lives in."""
+    paths = _sources(root, packages)
+
+    def package(module: str) -> str:
+        return module if paths[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+
+    out: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        out.setdefault(package(m), set()).update(package(t) for t in targets if package(t) != package(m))
+    return out
+
+
 def private_imports(root: Path, packages: Iterable[str]) -> list[str]:
     """``module: from x import _y`` (or ``import x._y``) where ``_y`` belongs to another module."""
     paths = _sources(root, packages)
@@ -229,6 +272,39 @@ def test_the_layering_check_sees_modules_and_type_checking_imports(tmp_path: Pat
               "learner": ("buffer", "actors.transport", "actors.shared.*")}
     assert layering_violations(graph, layers) == ["actors.shared.place -> actors.engine", "buffer.bad -> learner.ok",
                                                   "learner.bad -> actors.engine"]
+
+
+def test_launch_imports_down_its_floors():
+    graph, _ = import_graph(REPO, PACKAGES)
+    assert {"launch.config.run", "launch.run.driver", "launch.experiments.science.runner", "launch.cli"} <= set(graph)
+    violations = floor_violations(graph, LAUNCH_FLOORS)
+    assert not violations, f"launch/ imports against its floors (launch/__init__.py): {violations}"
+
+
+def test_the_floor_check_finds_an_upward_and_a_sideways_import(tmp_path: Path):
+    for folder in ("launch", "launch/config", "launch/run", "launch/experiments", "launch/ops"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "launch" / "config" / "base.py").write_text("from launch.run import driver\n")       # up
+    (tmp_path / "launch" / "run" / "driver.py").write_text("from launch.config import base\n")      # down: fine
+    (tmp_path / "launch" / "experiments" / "tool.py").write_text("from launch.ops import smoke\nfrom launch.run import driver\n")
+    (tmp_path / "launch" / "ops" / "smoke.py").write_text("def f():\n    from launch.experiments import tool\n")
+    (tmp_path / "launch" / "cli.py").write_text("from launch.experiments import tool\n")          # the top: fine
+    graph, _ = import_graph(tmp_path, ["launch"])
+    floors = (("launch.config",), ("launch.run",), ("launch.experiments", "launch.ops"), ("launch",))
+    assert floor_violations(graph, floors) == ["launch.config.base -> launch.run.driver",
+                                               "launch.experiments.tool -> launch.ops.smoke",
+                                               "launch.ops.smoke -> launch.experiments.tool"]
+
+
+def test_no_cycle_between_packages():
+    """Between folders too: a package importing a subpackage that imports it back is one knot to a reader
+    (``actors`` <-> ``actors.transport`` was one: the transport's config now lives in the transport)."""
+    graph, _ = import_graph(REPO, PACKAGES)
+    packages = package_graph(graph, REPO, PACKAGES)
+    assert {"launch.config", "actors.transport", "learner"} <= set(packages)
+    cycle = find_cycle(packages)
+    assert cycle is None, "package-level import cycle: " + " -> ".join(cycle or [])
 
 
 def test_pure_math_imports_no_ray_redis_or_deepspeed():

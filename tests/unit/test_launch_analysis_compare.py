@@ -1,4 +1,4 @@
-"""launch.analysis.compare: metrics JSONL -> comparison figure + long CSV; plots never crash on missing keys."""
+"""launch.experiments.analysis.compare: metrics JSONL -> comparison figure + long CSV; plots never crash on missing keys."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from launch.analysis import compare, plots  # noqa: E402
+from launch.experiments.analysis import compare, plots  # noqa: E402
 from rewards.problems import read_jsonl  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_cli_writes_png_and_csv(tmp_path: Path):
     a = _write_run(tmp_path, "run-a", _rows(6, entropy0=0.5, with_eval=True), preset="onpolicy")
     b = _write_run(tmp_path, "run-b", _rows(4, entropy0=0.3, with_eval=False), preset="offpolicy_reuse4")
     out = tmp_path / "cmp"
-    proc = subprocess.run([sys.executable, "-m", "launch.analysis.compare", "--metrics-jsonl", str(a), str(b),
+    proc = subprocess.run([sys.executable, "-m", "launch.experiments.analysis.compare", "--metrics-jsonl", str(a), str(b),
                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     png, csv_path = out / "compare.png", out / "compare.csv"
@@ -98,7 +98,7 @@ def test_cli_writes_the_figures_to_wandb_and_mlflow(tmp_path: Path):
     out = tmp_path / "cmp"
     env = {**os.environ, "WANDB_MODE": "offline"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.run([sys.executable, "-m", "launch.tools.compare", "--metrics-jsonl", str(a), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "launch.experiments.analysis.compare", "--metrics-jsonl", str(a), "--out", str(out),
                            "--tracking", "wandb,mlflow", "--run-name", "cmp-1"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -112,7 +112,7 @@ def test_cli_writes_the_figures_to_wandb_and_mlflow(tmp_path: Path):
 
 
 def test_cli_names_a_missing_file(tmp_path: Path):
-    proc = subprocess.run([sys.executable, "-m", "launch.analysis.compare", "--metrics-jsonl",
+    proc = subprocess.run([sys.executable, "-m", "launch.experiments.analysis.compare", "--metrics-jsonl",
                            str(tmp_path / "nope" / "metrics.jsonl"), "--out", str(tmp_path / "cmp")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "metrics.jsonl: no such file" in proc.stderr, proc.stderr

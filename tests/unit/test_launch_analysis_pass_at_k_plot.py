@@ -1,4 +1,4 @@
-"""launch.analysis.pass_at_k_plot: one pass@k curve per evaluated checkpoint; the compare CLI writes it."""
+"""launch.experiments.analysis.pass_at_k_plot: one pass@k curve per evaluated checkpoint; the compare CLI writes it."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from launch.analysis import compare  # noqa: E402
-from launch.analysis.pass_at_k_plot import pass_at_k_curves, plot_pass_at_k, write_pass_at_k  # noqa: E402
+from launch.experiments.analysis import compare  # noqa: E402
+from launch.experiments.analysis.pass_at_k_plot import pass_at_k_curves, plot_pass_at_k, write_pass_at_k  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def test_read_run_rows_takes_evals_from_summary_once(tmp_path: Path):
 def test_cli_writes_pass_at_k_png(tmp_path: Path):
     a = _run_dir(tmp_path, "run-a", [_eval_row(0, CURVE_0), _eval_row(3, CURVE_3)])
     out = tmp_path / "cmp"
-    proc = subprocess.run([sys.executable, "-m", "launch.analysis.compare", "--metrics-jsonl", str(a), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "launch.experiments.analysis.compare", "--metrics-jsonl", str(a), "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     png = out / "pass_at_k.png"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from launch.cli import build_config
+from launch.run.compose import build_config
 from launch.config import RunConfig
-from launch.overrides import ConfigError, apply_overrides, from_json, split_overrides, to_json
-from launch.presets import PRESETS, get_preset
+from launch.config.overrides import ConfigError, apply_overrides, from_json, split_overrides, to_json
+from launch.config.presets import PRESETS, get_preset
 from launch.worlds.tiny.scale import scale_to_tiny
 
 
@@ -147,7 +147,7 @@ def test_cli_exits_2_with_the_message(capsys):
 
 
 def test_ablation_holds_the_learning_rate_equal(tmp_path, capsys):
-    from launch.tools.ablation import fair_configs
+    from launch.experiments.ablation import fair_configs
 
     cfgs, lr = fair_configs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t", overrides=[])
     # the tiny world gives reuse-4 (16 updates per step) lr / 4: both arms get that one

@@ -1,4 +1,4 @@
-"""The one-GPU layout (launch.layout): refusals at start, each naming its fix, the GPU count a
+"""The one-GPU layout (launch.config.layout): refusals at start, each naming its fix, the GPU count a
 config needs, and the weight transport ``auto`` picks for each placement."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from actors.config import ActorConfig
 from launch.config import RunConfig
-from launch.layout import (
+from launch.config.layout import (
     choose_transport,
     cluster_problems,
     engines_start_early,
@@ -16,7 +16,7 @@ from launch.layout import (
     one_gpu_share,
     resolved_actors,
 )
-from launch.overrides import ConfigError, apply_overrides
+from launch.config.overrides import ConfigError, apply_overrides
 from learner.trainer_config import LearnerConfig
 
 ONE_GPU = {"learner": {"gpus_per_rank": 0.5}, "actors": {"num_actors": 1, "num_gpus": 0.5,
@@ -189,10 +189,10 @@ def test_engines_start_early_only_without_membership_or_a_shared_gpu():
 
 
 def test_the_smokes_gpu_run_fits_one_gpu(tmp_path):
-    """Stage 5 of `python -m launch.smoke` on a one-GPU host shares the GPU between its actor and the
+    """Stage 5 of `python -m launch.ops.smoke` on a one-GPU host shares the GPU between its actor and the
     learner rank (on an H100 it was refused: the learner asked for a whole GPU beside a 0.5 engine)."""
-    from launch.layout import config_problems
-    from launch.smoke.context import Context
+    from launch.config.layout import config_problems
+    from launch.ops.smoke.context import Context
 
     cfg = Context(device="cuda", work=tmp_path, steps=2).run_config()
     assert config_problems(cfg) == []

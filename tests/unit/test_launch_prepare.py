@@ -1,11 +1,11 @@
-"""launch.prepare: the model-info cache check agrees with vLLM's own key, so setup warms exactly what an
+"""launch.ops.prepare: the model-info cache check agrees with vLLM's own key, so setup warms exactly what an
 engine would otherwise compute on its first start; bytecode compiles."""
 
 from __future__ import annotations
 
 import json
 
-from launch.prepare import MODEL_ARCHS, compile_bytecode, model_info_cached, vllm_cache_root
+from launch.ops.prepare import MODEL_ARCHS, compile_bytecode, model_info_cached, vllm_cache_root
 
 
 def _write_cache(root, arch: str, module: str, digest: str) -> None:

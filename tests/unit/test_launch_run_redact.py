@@ -1,4 +1,4 @@
-"""launch.run.redact: what leaves the run directory has no password, token or credential in it (hand-written
+"""launch.config.redact: what leaves the run directory has no password, token or credential in it (hand-written
 cases: URLs of any scheme with and without a user, ports, query strings; secret-named fields in nested dicts
 and lists; argv), and nothing else changes (a real resolved config differs in its Redis URL only)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from launch.run.redact import REDACTED, is_secret_name, redact
+from launch.config.redact import REDACTED, is_secret_name, redact
 
 
 @pytest.mark.parametrize("url, want", [
@@ -76,7 +76,7 @@ def test_argv_flags_and_assignments():
 
 
 def test_other_values_and_the_resolved_config():
-    from launch.cli import build_config
+    from launch.run.compose import build_config
 
     assert [redact(v) for v in (None, 3, 2.5, True)] == [None, 3, 2.5, True]
     cfg, _ = build_config(["--tiny", "--buffer.redis_url", "redis://:hunter2@127.0.0.1:7000/0"], "multistage")

@@ -107,7 +107,7 @@ def test_rows_appended_as_the_driver_does_read_back(tmp_path: Path):
 
 
 def test_the_science_report_reads_the_same_rows(tmp_path: Path):
-    from launch.science.runner import ENTROPY_SOURCES, read_rows
+    from launch.experiments.science.runner import ENTROPY_SOURCES, read_rows
 
     _run_dir(tmp_path, STEPS, EVALS)
     assert read_rows(tmp_path) == read_run_rows(tmp_path / "metrics.jsonl") == [*STEPS, *EVALS]

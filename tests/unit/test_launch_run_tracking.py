@@ -59,7 +59,7 @@ def test_tracking_flag_forms():
 
 
 def test_tracking_flag_through_the_cli():
-    from launch.cli import build_config
+    from launch.run.compose import build_config
 
     cfg, _ = build_config(["--tiny", "--tracking", "wandb,mlflow", "--tracking.project", "abl"], "onpolicy")
     assert cfg.tracking.backends == ["wandb", "mlflow"] and cfg.tracking.project == "abl"
@@ -139,7 +139,7 @@ def test_a_resume_continues_the_same_tracker_run(tmp_path, monkeypatch):
 
 def test_no_tracker_gets_a_secret(tmp_path, monkeypatch):
     """A Redis password in the config and on the command line (which W&B records) reaches none of the three
-    backends' files: each gets the redacted config (launch.run.redact); the real run: test_run_secrets.py."""
+    backends' files: each gets the redacted config (launch.config.redact); the real run: test_run_secrets.py."""
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     password = "pw-6f1c0e9a2b7d4c38"

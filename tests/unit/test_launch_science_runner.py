@@ -1,4 +1,4 @@
-"""launch.science.runner.split_entropy: the warmed-up policy's split is measured once per seed and world
+"""launch.experiments.science.runner.split_entropy: the warmed-up policy's split is measured once per seed and world
 and shared by every run of that seed; each run's file holds [start, final] as the verdicts read it."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import launch.science.runner as runner
+import launch.experiments.science.runner as runner
 import launch.worlds.routes.build as routes_build
-from launch.science.runner import ENTROPY_SOURCES, RunSpec, split_entropy
+from launch.experiments.science.runner import ENTROPY_SOURCES, RunSpec, split_entropy
 
 
 def _run_with_checkpoint(root: Path, name: str) -> Path:
@@ -50,8 +50,8 @@ def test_a_run_without_final_weights_is_an_error(tmp_path):
 def test_a_finding_that_needs_more_steps_runs_them():
     """entropy_control_reuse's entropy crosses the 0.2 target at steps 16-30 of the slips world's reuse-4:
     at the report's default 20 steps the controller would never act, so the finding runs at least 40."""
-    from launch.science.findings import finding
-    from launch.science.runner import config_of, spec_for
+    from launch.experiments.science.findings import finding
+    from launch.experiments.science.runner import config_of, spec_for
 
     ec, reuse = finding("entropy_control_reuse"), finding("reuse")
     assert spec_for(ec, ec.arms[0], 0, 20, None).steps == 40 and spec_for(ec, ec.arms[0], 0, 60, None).steps == 60
@@ -79,8 +79,8 @@ def test_the_longest_runs_start_first(tmp_path, monkeypatch):
 def test_clip_higher_under_reuse_shares_its_symmetric_arm_and_differs_in_eps_high_only():
     """clip_higher_reuse's eps_high 0.2 arm is entropy_control_reuse's adaptive arm (one set of runs: the
     same spec key, so a report with both runs it once); its 0.28 arm differs in eps_high alone."""
-    from launch.science.findings import finding
-    from launch.science.runner import config_of, spec_for
+    from launch.experiments.science.findings import finding
+    from launch.experiments.science.runner import config_of, spec_for
 
     ch, ec = finding("clip_higher_reuse"), finding("entropy_control_reuse")
     assert spec_for(ch, ch.arms[0], 3, 20, "slips").key == spec_for(ec, ec.arms[0], 3, 20, "slips").key

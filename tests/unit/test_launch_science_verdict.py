@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from launch.science.verdict import (
+from launch.experiments.science.verdict import (
     T95,
     accuracy_final,
     entropy_ratio,
@@ -66,8 +66,8 @@ def test_judge_paired_by_seed():
 
 
 def test_evaluate_pairs_by_seed_when_a_run_is_missing():
-    from launch.science.findings import Arm, Check, Finding
-    from launch.science.report import evaluate
+    from launch.experiments.science.findings import Arm, Check, Finding
+    from launch.experiments.science.report import evaluate
 
     f = Finding("k", "t", "src", "tiny", (Arm("a", "p"), Arm("b", "q")),
                 (Check("b keeps less", "entropy_final", "a", "b", "lower"),
@@ -84,7 +84,7 @@ def test_evaluate_pairs_by_seed_when_a_run_is_missing():
 
 
 def test_slope_by_hand():
-    from launch.science.verdict import slope
+    from launch.experiments.science.verdict import slope
 
     # doses 0 1 2 4 8: mean 3, deviations -3 -2 -1 1 5, Sxx = 9+4+1+1+25 = 40
     # values 1.0 .9 .8 .7 .5: mean .78, deviations .22 .12 .02 -.08 -.28, Sxy = -.66-.24-.02-.08-1.40 = -2.40
@@ -95,7 +95,7 @@ def test_slope_by_hand():
 
 
 def test_judge_slope_by_hand():
-    from launch.science.verdict import judge_slope
+    from launch.experiments.science.verdict import judge_slope
 
     doses = [0, 1, 2, 4, 8]
     # per seed (columns): slopes -2.40/40 = -0.06, -2.50/40 = -0.0625, -1.95/40 = -0.04875
@@ -120,8 +120,8 @@ def test_lag_dose_response_leaves_out_the_ramp_in():
     (lag < k) and, for equal windows, every run's first 8 hold 5.0 here, which would swamp every ratio.
     Kept: steps 8, 9 (windows of 1 step): entropy 1.0 then r, so each dose's ratio is exactly
     r = 1 - c_s * k: slopes -c_s = -0.05, -0.04, -0.06."""
-    from launch.science.findings import finding
-    from launch.science.report import dose_statistics, evaluate
+    from launch.experiments.science.findings import finding
+    from launch.experiments.science.report import dose_statistics, evaluate
 
     lag = finding("lag")
     assert [(a.preset, a.skip_steps) for a in lag.arms] == [(f"fixedlag_{k}", 8) for k in (0, 1, 2, 4, 8)]
@@ -145,8 +145,8 @@ def test_every_check_states_what_the_paper_reports(tmp_path):
     """Each verdict row carries the paper's direction (the same as the check's expectation) and size."""
     import csv
 
-    from launch.science.findings import FINDINGS
-    from launch.science.report import evaluate, write_csv
+    from launch.experiments.science.findings import FINDINGS
+    from launch.experiments.science.report import evaluate, write_csv
 
     for f in FINDINGS:
         for c in f.checks:
@@ -172,7 +172,7 @@ def test_seeds_for_the_target_half_width():
 
 def test_t95_beyond_ten_degrees_of_freedom():
     """Student's t, not the normal 1.96, from 11 degrees of freedom on (published quantiles)."""
-    from launch.science.verdict import t95
+    from launch.experiments.science.verdict import t95
 
     for dof, exact in ((11, 2.201), (13, 2.160), (20, 2.086), (30, 2.042), (40, 2.021), (60, 2.000),
                        (120, 1.980)):
@@ -180,7 +180,7 @@ def test_t95_beyond_ten_degrees_of_freedom():
 
 
 def test_seeds_per_finding_on_the_command_line():
-    from launch.science.__main__ import parse_seeds
+    from launch.experiments.science.__main__ import parse_seeds
 
     keys = ["reuse", "lag"]
     assert parse_seeds(["5", "reuse=10"], keys) == (5, {"reuse": 10})
@@ -203,7 +203,7 @@ def _split(direction: float, form: float, share: tuple[float, float] = (0.015, 0
 def test_decision_entropy_ratio_by_hand():
     """Token-weighted over direction and form only: start (0.015 * 0.75 + 0.06 * 0.85) / 0.075 = 0.83,
     end (0.015 * 0.25 + 0.06 * 0.45) / 0.075 = 0.41: ratio 0.41 / 0.83."""
-    from launch.science.verdict import decision_entropy_ratio, statistic
+    from launch.experiments.science.verdict import decision_entropy_ratio, statistic
     from launch.worlds.routes.entropy_sources import decision_entropy
 
     start, end = _split(0.75, 0.85), _split(0.25, 0.45)
@@ -216,9 +216,9 @@ def test_decision_entropy_ratio_by_hand():
 
 
 def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
-    from launch.science.__main__ import fair_overrides
-    from launch.science.findings import finding
-    from launch.science.runner import spec_for
+    from launch.experiments.science.__main__ import fair_overrides
+    from launch.experiments.science.findings import finding
+    from launch.experiments.science.runner import spec_for
 
     reuse, temperature = finding("reuse"), finding("temperature")
     fair = fair_overrides([reuse, temperature], "routes", 20)
@@ -233,7 +233,7 @@ def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
 
 def test_a_seed_estimate_only_where_the_half_width_target_means_something():
     """± 0.05 is the target on the entropy ratio (and nats, accuracy, rates); a length in tokens has none."""
-    from launch.science.verdict import power_target
+    from launch.experiments.science.verdict import power_target
 
     # d = [0.30, 0.34, 0.38]: mean 0.34, sd 0.04, half-width 4.303 * 0.04 / sqrt(3) = 0.0994 > 0.05;
     # 4 seeds: 3.182 * 0.04 / 2 = 0.0636, 5 seeds: 2.776 * 0.04 / sqrt(5) = 0.0497 <= 0.05

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-from launch.sft.config import SftConfig, parse
-from launch.sft.train import tokenize_examples, update_plan
+from launch.recipes.sft.config import SftConfig, parse
+from launch.recipes.sft.train import tokenize_examples, update_plan
 
 
 def _cfg(**kw) -> SftConfig:

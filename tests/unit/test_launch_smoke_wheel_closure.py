@@ -1,4 +1,4 @@
-"""launch/smoke/wheel_closure.py on hand-made wheels: what it accepts, what it refuses, and why."""
+"""launch/ops/smoke/wheel_closure.py on hand-made wheels: what it accepts, what it refuses, and why."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("wheel_closure", REPO / "launch" / "smoke" / "wheel_closure.py")
+spec = importlib.util.spec_from_file_location("wheel_closure", REPO / "launch" / "ops" / "smoke" / "wheel_closure.py")
 wc = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = wc          # its dataclasses look their module up
 spec.loader.exec_module(wc)

@@ -7,9 +7,9 @@ import typing
 
 import pytest
 
-from launch.cli import build_config
+from launch.run.compose import build_config
 from launch.config import DataConfig, RunConfig
-from launch.presets import get_preset
+from launch.config.presets import get_preset
 from launch.worlds import WORLDS, entry, load, scale_to_world, world_data
 
 

@@ -36,7 +36,7 @@ def test_splits_are_disjoint_balanced_and_seeded():
 
 
 def test_code_flag_scales_any_preset():
-    from launch.cli import build_config
+    from launch.run.compose import build_config
 
     cfg, _ = build_config(["--code", "--preset", "offpolicy_reuse4"], "onpolicy")
     assert cfg.world == "code" and cfg.learner.batch.rollout_batch == 16 and cfg.learner.batch.n_sgd == 16

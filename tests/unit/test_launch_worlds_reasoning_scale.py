@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from launch.cli import build_config
+from launch.run.compose import build_config
 from launch.config import RunConfig
-from launch.presets import PRESETS, get_preset
-from launch.science.runner import RunSpec
+from launch.config.presets import PRESETS, get_preset
+from launch.experiments.science.runner import RunSpec
 from launch.worlds.reasoning import MAX_MODEL_LEN
 from launch.worlds.reasoning.scale import REASONING_LR, scale_to_reasoning
 
@@ -77,7 +77,7 @@ def test_science_runs_ask_for_the_world_by_its_flag(tmp_path):
 
 
 def test_minibatch_finding_keeps_four_minibatches_in_every_world(tmp_path):
-    from launch.science.findings import finding
+    from launch.experiments.science.findings import finding
 
     arm = finding("minibatches").arms[1]
     for world in ("tiny", "reasoning", None):

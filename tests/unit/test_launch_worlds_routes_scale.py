@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from launch.cli import build_config
+from launch.run.compose import build_config
 from launch.config import RunConfig
-from launch.presets import PRESETS, get_preset
-from launch.science.runner import RunSpec
+from launch.config.presets import PRESETS, get_preset
+from launch.experiments.science.runner import RunSpec
 from launch.worlds.routes import MAX_MODEL_LEN, STAGE_BUDGETS
 from launch.worlds.routes.scale import ROUTES_LR, scale_to_routes, scaled_tokens
 

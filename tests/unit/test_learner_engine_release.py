@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 CODE = """
 import gc, weakref, torch
-from launch.smoke.learner_stage import init_single_rank
+from launch.ops.smoke.learner_stage import init_single_rank
 from learner.deepspeed_kit import build_engine, deepspeed_config
 from learner.trainer_config import LearnerConfig
 

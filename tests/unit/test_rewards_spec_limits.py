@@ -89,7 +89,7 @@ def test_unreadable_lines_are_rejected_rows_with_their_line(tmp_path):
 
 
 def test_filter_difficulty_keeps_its_records_aligned_past_an_unreadable_line(tmp_path):
-    from launch.tools.filter_difficulty import read_records
+    from launch.experiments.filter_difficulty import read_records
 
     path = write_lines(tmp_path / "in.jsonl", ['{"problem": "1+1", "answer": "2"}', "not json",
                                                '{"problem": "2+2", "answer": "4"}'])

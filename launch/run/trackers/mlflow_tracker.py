@@ -31,6 +31,12 @@ def resolve_uri(uri: str | None, store_root: Path) -> str:
 class MlflowTracker:
     name = "mlflow"
 
+    @classmethod
+    def open(cls, context) -> MlflowTracker:
+        """The run's tracker (``context``: launch.run.tracking.TrackerContext): one MLflow run tagged with its id."""
+        return cls(context.name, context.hparams, uri=context.cfg.mlflow_uri, store_root=context.store_root,
+                   experiment=context.cfg.project, log=context.log)
+
     def __init__(self, run_name: str, hparams: dict[str, Any], *, uri: str | None, store_root: Path,
                  experiment: str, log=print):
         from mlflow.entities import Param

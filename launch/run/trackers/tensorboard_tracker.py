@@ -18,6 +18,11 @@ from launch.run.trackers.names import flat_config
 class TensorBoardTracker:
     name = "tensorboard"
 
+    @classmethod
+    def open(cls, context) -> TensorBoardTracker:
+        """The run's tracker (``context``: launch.run.tracking.TrackerContext): event files in ``<run>/tb``."""
+        return cls(context.log_dir / "tb", context.hparams, context.start_step)
+
     def __init__(self, log_dir: Path, hparams: dict[str, Any], start_step: int = 0):
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams as hparams_summary

@@ -6,7 +6,7 @@ syncs into the one W&B run). Steps are the rows' ``step`` (``define_metric``), n
 the steps a resumed run retrains may go back in time and evaluations share their step's x value.
 Console capture is off: the run directory has the logs. W&B records the command line (``sys.argv``) in
 the run's metadata, which may hold ``--buffer.redis_url redis://:<password>@...``: it sees a redacted
-copy (``launch.run.redact``), as it sees the redacted config.
+copy (``launch.config.redact``), as it sees the redacted config.
 """
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from launch.run.redact import redact
+from launch.config.redact import redact
 
 
 class WandbTracker:
     name = "wandb"
+
+    @classmethod
+    def open(cls, context) -> WandbTracker:
+        """The run's tracker (``context``: launch.run.tracking.TrackerContext): the run id as W&B's run id."""
+        return cls(context.name, context.log_dir, context.hparams, project=context.cfg.project,
+                   entity=context.cfg.wandb_entity)
 
     def __init__(self, run_name: str, log_dir: Path, hparams: dict[str, Any], *, project: str,
                  entity: str | None = None):

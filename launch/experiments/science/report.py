@@ -1,0 +1,200 @@
+"""The science report: one self-contained HTML file (figures inlined) and a CSV, a verdict row per check.
+
+Figures per finding: entropy, accuracy, response length and clip fraction vs step; one line per
+arm (the mean over its seeds) with the seeds' min..max shaded. A finding with dose-response checks
+(lag) also gets their figure: each checked statistic against the dose, one dot per seed, the mean
+over seeds joined by a line.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from launch.experiments.science.findings import Finding, SlopeCheck
+from launch.experiments.science.verdict import Verdict, judge, judge_slope, power_target, statistic
+
+PANELS = (("entropy/mean", "entropy"), ("reward/accuracy", "accuracy (training)"),
+          ("length/mean", "response length (tokens)"), ("clip/frac", "clipped-token fraction"))
+CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "paper", "verdict", "effect",
+              "half_width_95", "spread", "seeds", "t", "stat_a_per_seed", "stat_b_per_seed", "source")
+
+
+@dataclass
+class CheckResult:
+    finding: Finding
+    claim: str
+    statistic: str
+    arm_a: str | None
+    arm_b: str
+    expect: str
+    paper: str
+    verdict: Verdict
+
+    def line(self) -> str:
+        """The verdict's line, with a seed estimate where ± 0.05 is a target for this statistic."""
+        return self.verdict.line(power_target(self.statistic))
+
+
+def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) -> list[CheckResult]:
+    """Verdicts of one finding; ``rows_by_arm[arm]`` = one rows list per seed, in seed order, None
+    where that seed's run is missing (so seed s of one arm always pairs with seed s of the other).
+    Each arm's statistics leave out its first ``skip_steps`` steps."""
+    skip = {a.name: a.skip_steps for a in finding.arms}
+    out = []
+    for c in finding.checks:
+        if isinstance(c, SlopeCheck):
+            doses = [dose for _, dose in c.doses]
+            per_dose = dose_statistics(finding, c, rows_by_arm)
+            out.append(CheckResult(finding, c.claim, c.statistic, None, c.b, c.expect, c.paper,
+                                   judge_slope(doses, per_dose, c.expect)))
+            continue
+        runs_b = rows_by_arm.get(c.b, [])
+        runs_a = rows_by_arm.get(c.a, []) if c.a is not None else []
+        runs_a = list(runs_a) + [None] * (len(runs_b) - len(runs_a))
+        b = [statistic(c.statistic, rb, ra, skip.get(c.b, 0)) for rb, ra in zip(runs_b, runs_a)]
+        a = ([statistic(c.statistic, ra, rb, skip.get(c.a, 0)) for ra, rb in zip(runs_a, runs_b)]
+             if c.a is not None else [0.0] * len(b))
+        out.append(CheckResult(finding, c.claim, c.statistic, c.a, c.b, c.expect, c.paper, judge(a, b, c.expect)))
+    return out
+
+
+def dose_statistics(finding: Finding, check: SlopeCheck,
+                    rows_by_arm: dict[str, list[list[dict] | None]]) -> list[list[float]]:
+    """``[dose][seed]``: the check's statistic of each dose's run per seed (NaN where missing), each arm's
+    first ``skip_steps`` steps left out."""
+    skip = {a.name: a.skip_steps for a in finding.arms}
+    return [[statistic(check.statistic, rows, None, skip.get(arm, 0)) for rows in rows_by_arm.get(arm, [])]
+            for arm, _ in check.doses]
+
+
+def write_csv(results: list[CheckResult], path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, CSV_FIELDS)
+        w.writeheader()
+        for r in results:
+            v = r.verdict
+            w.writerow({"finding": r.finding.key, "claim": r.claim, "statistic": r.statistic, "arm_a": r.arm_a or "0",
+                        "arm_b": r.arm_b, "expect": r.expect, "paper": r.paper, "verdict": v.verdict,
+                        "effect": _num(v.effect), "half_width_95": _num(v.half_width), "spread": _num(v.spread),
+                        "seeds": v.n, "t": _num(v.t),
+                        "stat_a_per_seed": " ".join(_num(x) for x in v.a),
+                        "stat_b_per_seed": " ".join(_num(x) for x in v.b), "source": r.finding.source})
+    return path
+
+
+def _num(x: float) -> str:
+    return "nan" if not math.isfinite(x) else f"{x:.6g}"
+
+
+def figure_png(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) -> bytes:
+    """The finding's four panels as a PNG: per arm the mean over seeds, shaded min..max."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.0))
+    for ax, (key, title) in zip(axes, PANELS):
+        for arm, runs in rows_by_arm.items():
+            steps, mean, lo, hi = _band(runs, key)
+            if len(steps):
+                line, = ax.plot(steps, mean, label=arm, linewidth=1.3)
+                ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def dose_response_png(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) -> bytes | None:
+    """The finding's dose-response checks as a PNG (one panel each: statistic against dose, a dot per
+    seed, the seeds' mean joined by a line); None when it has none."""
+    checks = [c for c in finding.checks if isinstance(c, SlopeCheck)]
+    if not checks:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(checks), figsize=(4.6 * len(checks), 3.2), squeeze=False)
+    for ax, check in zip(axes[0], checks):
+        doses = np.array([dose for _, dose in check.doses])
+        values = np.array(dose_statistics(finding, check, rows_by_arm), dtype=float)    # (doses, seeds)
+        for seed in range(values.shape[1] if values.ndim == 2 else 0):
+            ax.plot(doses, values[:, seed], "o", alpha=0.5, markersize=4, label=f"seed {seed}")
+        with warnings.catch_warnings():             # a dose with no finished run: NaN, said by the dots' absence
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(values, axis=1) if values.size else np.full(len(doses), np.nan)
+        ax.plot(doses, mean, "k-", linewidth=1.3, label="mean over seeds")
+        ax.set_xticks(doses)
+        ax.set_title(f"{check.statistic} against the dose", fontsize=9)
+        ax.set_xlabel("dose (" + finding.key + ")", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _band(runs: list[list[dict] | None], key: str) -> tuple[np.ndarray, ...]:
+    """Steps present in every seed's run, and the mean / min / max of ``key`` over the seeds there."""
+    per_run = [{r["step"]: float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and "updates" in r}
+               for rows in runs if rows is not None]
+    per_run = [p for p in per_run if p]
+    if not per_run:
+        return (np.array([]),) * 4
+    steps = sorted(set.intersection(*(set(p) for p in per_run)))
+    values = np.array([[p[s] for s in steps] for p in per_run])          # (seeds, steps)
+    return np.array(steps), values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+
+
+def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path, *, title: str,
+               preamble: str, dose_figures: dict[str, bytes] | None = None) -> Path:
+    """The report; ``figures[key]`` is a finding's step figure, ``dose_figures[key]`` its dose-response one."""
+    esc = html.escape
+    rows = "".join(
+        f"<tr class='{r.verdict.verdict}'><td>{esc(r.finding.key)}</td><td>{esc(r.claim)}</td>"
+        f"<td>{esc(r.statistic)}</td><td>{esc(r.arm_b)} vs {esc(r.arm_a or '0')}</td><td>{r.expect}</td>"
+        f"<td>{esc(r.paper)}</td>"
+        f"<td>{_num(r.verdict.effect)} ± {_num(r.verdict.half_width)} (sd {_num(r.verdict.spread)}, "
+        f"n={r.verdict.n}, t={_num(r.verdict.t)})</td>"
+        f"<td><b>{r.verdict.verdict}</b></td></tr>" for r in results)
+    sections = []
+    for f in {r.finding.key: r.finding for r in results}.values():
+        checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, {esc(r.line())}</li>"
+                         for r in results if r.finding.key == f.key)
+        arms = "".join(f"<li><code>{esc(a.name)}</code>: preset <code>{esc(a.preset)}</code> "
+                       f"{esc(' '.join((*f.overrides, *a.overrides)))}</li>" for a in f.arms)
+        images = "".join(
+            f"<img alt='{esc(f.key)} {kind}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
+            for kind, png in (("steps", figures.get(f.key)), ("dose-response", (dose_figures or {}).get(f.key)))
+            if png)
+        sections.append(
+            f"<h2>{esc(f.title)}</h2><p>{esc(f.source)}. World: {f.world}. {esc(f.notes)}</p>"
+            f"<p>Arms (everything else equal, the learning rate included):</p><ul>{arms}</ul><ul>{checks}</ul>"
+            + images)
+    path.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>"
+        "body{font-family:sans-serif;max-width:1400px;margin:2em auto}td,th{border:1px solid #ccc;padding:4px}"
+        "table{border-collapse:collapse}.agrees{background:#e6f5e6}.disagrees{background:#fbe3e3}"
+        ".inconclusive{background:#f5f5e0}img{max-width:100%}</style></head><body>"
+        f"<h1>{esc(title)}</h1><p>{esc(preamble)}</p>"
+        "<table><tr><th>finding</th><th>claim</th><th>statistic</th><th>compared</th><th>expected</th>"
+        "<th>the paper reports</th>"
+        f"<th>effect ± 95% CI half-width</th><th>verdict</th></tr>{rows}</table>{''.join(sections)}</body></html>")
+    return path

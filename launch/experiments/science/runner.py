@@ -1,0 +1,181 @@
+"""Run every arm of the chosen findings with several seeds, one real run each, resumable.
+
+Each run is the ordinary entry script (``launch/ablate.py``: Ray, vLLM, Redis and DeepSpeed as in
+any run) in a process of its own, writing to ``<out>/runs/<run key>`` and its console to
+``<out>/runs/<run key>.log``; ``jobs`` of them at a time. On 2 cores two runs side by side take
+little longer than one: a strict on-policy step alternates generation and training, so one run
+keeps about one core busy. Arms whose resolved configs are identical (the baseline under the names
+``reuse1_dr64_dt64``, ``temp_1``, ``entropy_adaptive``) run once per seed and serve every finding
+that names them. A run whose ``summary.json`` exists is done and is not run again, so an
+interrupted report continues where it stopped; a run that fails is recorded with its error and
+the log's tail, and the others go on. A routes run that keeps its final weights (a finding with
+``final_model``) is followed by the split of its entropy by grammar part, at the start and the end
+(``launch.worlds.routes.entropy_sources``, ~20 s a model; the start once per seed), which the
+decision-entropy checks read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from launch.experiments.science.findings import Arm, Finding
+
+ENTRY = Path(__file__).resolve().parents[2] / "ablate.py"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a preset, its overrides, the world and the seed; ``argv`` is the CLI that makes its config."""
+
+    preset: str
+    overrides: tuple[str, ...]
+    world: str | None          # "tiny", "reasoning", None = the paper-scale preset as is (--full)
+    seed: int
+    steps: int
+
+    @property
+    def splits_entropy(self) -> bool:
+        """A routes run that keeps its final weights: where its entropy sits is measured after it (the
+        start and the end, ``ENTROPY_SOURCES``), for the checks on decision entropy."""
+        return self.world == "routes" and "--learner.checkpoint_every" in self.overrides
+
+    @property
+    def key(self) -> str:
+        text = json.dumps([self.preset, self.overrides, self.world, self.seed, self.steps])
+        return f"{self.preset}-s{self.seed}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+    def argv(self, run_dir: Path) -> list[str]:
+        world = [] if self.world is None else [f"--{self.world}"]       # --tiny / --reasoning
+        return ["--preset", self.preset, *world, "--seed", str(self.seed), "--steps", str(self.steps),
+                "--run_dir", str(run_dir), "--run_id", self.key, *self.overrides]
+
+
+def spec_for(finding: Finding, arm: Arm, seed: int, steps: int, world: str | None) -> RunSpec:
+    return RunSpec(arm.preset, (*finding.overrides, *arm.overrides), world, seed, finding.steps_for(steps))
+
+
+def config_of(spec: RunSpec):
+    from launch.run.compose import build_config
+
+    cfg, _ = build_config(spec.argv(Path("unused")), default_preset=spec.preset)
+    return cfg
+
+
+def one_run_per_config(specs: dict) -> dict:
+    """The same mapping with every spec replaced by the first one whose resolved config is the same
+    (the preset's name, run id and directory aside): identical arms run once."""
+    first: dict[str, RunSpec] = {}
+    out = {}
+    for name, spec in specs.items():
+        cfg = config_of(spec).model_dump(mode="json", exclude={"preset", "run_id", "run_dir"})
+        out[name] = first.setdefault(json.dumps(cfg, sort_keys=True), spec)
+    return out
+
+
+ENTROPY_SOURCES = "entropy_sources.json"
+
+
+def read_rows(run_path: Path) -> list[dict]:
+    """A finished run's step rows plus its evaluation rows (``launch.run.summary.read_run_rows``), and
+    the split of its entropy at the start and the end (``ENTROPY_SOURCES``, a row of its last step) when
+    it was measured."""
+    from launch.run.summary import read_run_rows
+
+    rows = read_run_rows(run_path / "metrics.jsonl")
+    if (path := run_path / ENTROPY_SOURCES).exists():
+        last = max((r["step"] for r in rows if "step" in r), default=0)
+        rows.append({"step": last, "entropy_sources/splits": json.loads(path.read_text())["splits"]})
+    return rows
+
+
+def _entropy_split(models: list[Path], seed: int, out: Path) -> str | None:
+    """``launch.worlds.routes.entropy_sources`` of ``models`` into ``out`` (written whole or not at all)."""
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    argv = [a for m in models for a in ("--model", str(m))]
+    proc = subprocess.run([sys.executable, "-m", "launch.worlds.routes.entropy_sources", *argv, "--seed", str(seed),
+                           "--json", str(tmp)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"entropy split of {models[-1]}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
+    tmp.replace(out)
+    return None
+
+
+def split_entropy(spec: RunSpec, run_path: Path) -> str | None:
+    """Measure where the entropy of the routes world's warmed-up policy and of the run's final weights
+    sits (``launch.worlds.routes.entropy_sources``, sampled with the run's seed); None, or the error.
+    The warmed-up policy's split is the same for every run of a seed: measured once per seed and world,
+    kept beside the runs (``entropy-start-s<seed>-<world>.json``)."""
+    from launch.worlds.routes.build import ensure_routes_world
+
+    ckpt = run_path / "checkpoints"
+    if not (ckpt / "latest").exists():
+        return f"{run_path}: no checkpoint (the run must keep its final weights: --learner.checkpoint_every)"
+    final = ckpt / (ckpt / "latest").read_text().strip() / "hf"
+    start = ensure_routes_world(log=lambda *_: None).model_dir
+    world = hashlib.sha256(str(start.resolve()).encode()).hexdigest()[:8]
+    start_path = run_path.parent / f"entropy-start-s{spec.seed}-{world}.json"
+    final_path = run_path / "entropy_final.json"
+    for models, out in (([start], start_path), ([final], final_path)):
+        if not out.exists() and (error := _entropy_split(models, spec.seed, out)):
+            return error
+    first, last = (json.loads(p.read_text()) for p in (start_path, final_path))
+    (run_path / ENTROPY_SOURCES).write_text(json.dumps(
+        {**last, "models": first["models"] + last["models"], "splits": first["splits"] + last["splits"]}, indent=1))
+    return None
+
+
+def _run_one(spec: RunSpec, runs_dir: Path) -> dict:
+    """One run as its own process; returns {"path", "seconds", "error"}."""
+    path, log_path = runs_dir / spec.key, runs_dir / f"{spec.key}.log"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        rc = subprocess.run([sys.executable, str(ENTRY), *spec.argv(runs_dir)], stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+    seconds = time.monotonic() - t0
+    if rc == 0 and (path / "summary.json").exists():
+        return {"path": str(path), "seconds": seconds,
+                "error": split_entropy(spec, path) if spec.splits_entropy else None}
+    tail = log_path.read_text(errors="replace")[-2000:]
+    return {"path": str(path), "seconds": seconds, "error": f"exit {rc}; {log_path}:\n{tail}"}
+
+
+def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
+    """Run what is not done yet, ``jobs`` at a time; returns run key -> {"path", "seconds", "error"}."""
+    runs_dir = out / "runs"
+    results, todo = {}, []
+    for spec in dict.fromkeys(specs):
+        path = runs_dir / spec.key
+        if (path / "summary.json").exists():
+            error = (split_entropy(spec, path) if spec.splits_entropy and not (path / ENTROPY_SOURCES).exists()
+                     else None)      # a run done before its split was measured, or whose split failed
+            results[spec.key] = {"path": str(path), "error": error,
+                                 "seconds": json.loads((path / "summary.json").read_text())["seconds"]}
+        else:
+            todo.append(spec)
+    # the longest runs first (entropy_control_reuse's 40 steps take ~4x a 20-step run): started last,
+    # one would leave the other core idle for most of its length at the end of the report
+    todo.sort(key=lambda spec: -spec.steps)
+    print(f"[science] {len(results)} of {len(results) + len(todo)} runs done before, kept; {len(todo)} to run, "
+        f"{jobs} at a time (each run's console: {runs_dir}/<run>.log)", flush=True)
+    t0, steps_total, steps_done = time.monotonic(), sum(spec.steps for spec in todo), 0
+    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        running = {pool.submit(_run_one, spec, runs_dir): spec for spec in todo}
+        for i, done in enumerate(as_completed(running), 1):
+            spec, result = running[done], done.result()
+            results[spec.key] = result
+            elapsed = time.monotonic() - t0
+            steps_done += spec.steps        # by steps, not runs: the longest runs go first
+            eta = elapsed / steps_done * (steps_total - steps_done)
+            state = "done" if result["error"] is None else f"FAILED ({result['error'].splitlines()[0]})"
+            print(f"[science] {i}/{len(todo)} {spec.key} {state} in {result['seconds']:.0f} s "
+                f"({elapsed / 60:.1f} min so far, ETA {eta / 60:.1f} min)", flush=True)
+    return results
