@@ -5,9 +5,9 @@
 
 * sync  = preset ``onpolicy`` (strict on-policy): the feeder releases step s's prompts only once
   version s exists, so generation of batch s+1 waits for training step s: they alternate.
-* async = preset ``cliphigh_0.2``: ``off_policy`` with max_lag 1, N_reuse 1, D_T = D_R and the
+* async = preset ``cliphigh_0.2``: lag ``bounded:1``, N_reuse 1, D_T = D_R and the
   symmetric clip 0.2/0.2, so batch s+1 is generated with version s-1 weights *while* step s trains.
-  The script checks that the two learner configs differ only in ``mode`` and ``max_lag``.
+  The script checks that the two learner configs differ only in ``lag``.
 
 Both run with ``--tiny`` (D_R 32 prompts x 16 responses x 16 tokens, one actor, one learner rank)
 in this process, one after the other, sharing one local Ray. Evaluation is cut to the minimum
@@ -63,8 +63,8 @@ def configs(steps: int, run_dir: Path, tag: str, extra: list[str]):
         cfgs[mode], _ = build_config(argv, default_preset=preset)
     a, b = cfgs["sync"].learner.model_dump(), cfgs["async"].learner.model_dump()
     diff = sorted(k for k in a if a[k] != b[k])
-    if diff != ["max_lag", "mode"] or cfgs["sync"].actors != cfgs["async"].actors:
-        raise SystemExit(f"sync and async configs differ beyond mode/max_lag: {diff}")
+    if diff != ["lag"] or cfgs["sync"].actors != cfgs["async"].actors:
+        raise SystemExit(f"sync and async configs differ beyond the lag: {diff}")
     assert cfgs["async"].learner.batch.n_reuse == 1 and cfgs["async"].learner.batch.mini_batch == cfgs["async"].learner.batch.rollout_batch
     return cfgs
 

@@ -26,8 +26,8 @@ def config_line(cfg) -> str:
     advantages = (f"PRIME (PRM lr {lc.prime.prm_lr:g}, filter [{lc.prime.filter_low:g}, {lc.prime.filter_high:g}])"
                   if lc.prime is not None else lc.advantage.estimator)
     world = f" ({cfg.world})" if cfg.world else ""
-    return (f"[config] {cfg.preset}{world}: {lc.mode}, D_R {b.rollout_batch} D_T {b.mini_batch} "
-            f"N_reuse {b.n_reuse} (N_SGD {b.n_sgd}), max_lag {lc.max_lag}, gs {cfg.group_size}, tau {cfg.temperature:g}, "
+    return (f"[config] {cfg.preset}{world}: lag {lc.lag}, D_R {b.rollout_batch} D_T {b.mini_batch} "
+            f"N_reuse {b.n_reuse} (N_SGD {b.n_sgd}), gs {cfg.group_size}, tau {cfg.temperature:g}, "
             f"budget {stages} tokens, advantages {advantages}, clip {clip}, entropy {lc.entropy.type}, lr {lc.lr:g}, "
             f"{cfg.steps} steps, "
             f"{cfg.actors.num_actors} actor(s), {lc.num_ranks} learner rank(s); "

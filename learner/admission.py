@@ -12,7 +12,7 @@ previous incarnation first) and classifies each group it reads:
   drops responses that straddle a weight update (sampled by two versions), and raises
   ``PolicyLagError`` on any other lag; off-policy drops responses whose lag exceeds
   ``max_lag`` (dead letter ``stale``, counted) and trains the rest of the group;
-* fixed lag k (``cfg.fixed_lag`` >= 1): a response is trained only at lag exactly k (less in the
+* fixed lag k >= 1 (``--learner.lag fixed:k``): a response is trained only at lag exactly k (less in the
   ramp-in, ``buffer.versions.fixed_lag_required``). A group of a later step (lag < k: generation
   runs k steps ahead) waits in memory, un-ACKed, until the learner reaches version_start + k;
   responses staler than k (a top-up's surplus) and straddling ones are dropped as stale;

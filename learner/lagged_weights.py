@@ -1,6 +1,6 @@
 """Fixed lag across a resume: the k versions before a checkpoint's, saved with it and republished.
 
-Under ``LearnerConfig.fixed_lag`` = k the actors sample step s with version s - k. A learner
+Under a fixed lag k (``--learner.lag fixed:k``) the actors sample step s with version s - k. A learner
 resumed from the checkpoint of version c trains step c next, on groups sampled with version c - k,
 and the prompts of steps c .. c + k - 1 that were issued but not answered (or the top-ups dynamic
 sampling asks for) need versions c - k .. c - 1. Those weights lived in the weight transport,

@@ -8,16 +8,13 @@ skipped):
 1. admission (``learner.admission``): D_R valid groups with their GRPO advantages; stale,
    duplicate, future and zero-advantage groups are dropped, dead-lettered or deferred there
    (PRIME: groups outside the accuracy band are filtered instead);
-2. the plan: rows of the responses in the loss, optional pi_old recompute / reference
-   log-probs (no grad, split over ranks), with PRIME the PRM's update and the token advantages
-   from its process rewards (``learner.prime_step``), the mini-batch schedule (``learner.schedule``):
-   update u of the step runs at version v0 + u, so reuse adds lag 0..N_SGD-1 on top of the
-   actors' lag (``lag/*``, the update lag; ``lag_start/*`` is the generation lag at v0); each
-   mini-batch is split into token-budget micro-batches dealt evenly to the ranks
-   (``learner.batching``). A mini-batch without any loss token (every response masked) is not an
-   update: no optimizer step on a zero gradient, no version (the version counts optimizer
-   steps, so lags stay honest); the later updates move up one version and the step publishes a
-   fresh admission clock for the feeder (its version arithmetic assumed N_SGD updates);
+2. the plan (``learner.step_plan``): rows of the responses in the loss, optional pi_old recompute /
+   reference log-probs, with PRIME the PRM's update, the mini-batch schedule: update u of the step
+   runs at version v0 + u, so reuse adds lag 0..N_SGD-1 on top of the actors' lag (``lag/*``, the
+   update lag; ``lag_start/*`` is the generation lag at v0); each mini-batch is split into
+   token-budget micro-batches dealt evenly to the ranks. A mini-batch without any loss token is not
+   an update (no version): the later updates move up one version and the step publishes a fresh
+   admission clock for the feeder (its version arithmetic assumed N_SGD updates);
 3. the updates on the ranks; weights are published through the transport every
    ``sync_interval`` updates and after the step's last update (:meth:`Learner._publish`); while
    they run, an off-policy learner takes the next step's groups already written and reports the
@@ -52,8 +49,6 @@ import json
 import math
 import shutil
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -64,36 +59,17 @@ import torch
 from actors.transport import WeightTransport, check_serves_versions
 from learner import checkpoint as ckpt_io
 from learner.admission import Admission, Collected, TrainedLedger
-from learner.batching import Row, assign_to_ranks, plan_update, rows_from_groups, split_micro_batches
 from learner.entropy_control import build_entropy_controller
-from learner.errors import PolicyLagError
 from learner.guard import Guard
-from learner.lag import LagReport, lag_report
 from learner.lagged_weights import lagged_versions, republish_lagged, save_lagged
 from learner.modes import StepMode, mode_for
-from learner.prime_step import PrimeStep
 from learner.rank_actor import RankGroup
 from learner.reduce import combine_updates, reduce_metrics
-from learner.schedule import schedule_for
 from learner.step_metrics import rollout_stats
 from learner.step_path import StepTimes, path_metrics
+from learner.step_plan import StepPlan, StepPlanner
 from learner.trainer_config import LearnerConfig
 from learner.weight_sync import WeightSync
-
-
-@dataclass
-class _StepPlan:
-    """Everything the ranks need for the step's N_SGD updates."""
-
-    rows: list[Row]
-    v0: int                                     # version at the start of the step
-    rank_plans: list[list[list[list[int]]]] = field(default_factory=list)  # [update][rank][micro-batch] -> rows
-    required_lags: list[int | None] = field(default_factory=list)  # per update: the one lag allowed (or None)
-    lags: LagReport = field(default_factory=LagReport)      # update lags, over the step's updates
-    start_lags: LagReport = field(default_factory=LagReport)  # generation lags at v0, each row once
-    skipped: int = 0                            # mini-batches without a loss token: not updates
-    alpha: float = 0.0                          # entropy coefficient for this step
-    metrics: dict = field(default_factory=dict)  # the plan's own metrics (PRIME's PRM and rewards)
 
 
 class Learner:
@@ -134,6 +110,7 @@ class Learner:
         if cfg.prime is not None:
             ranks.call("setup_prm", cfg)          # PRIME's implicit PRM beside the policy (learner.prm_engine)
         self.controller = build_entropy_controller(cfg.entropy)
+        self.planner = StepPlanner(cfg, ranks, temperature, seed)
         self.guard = Guard(cfg.guard, entropy_target=getattr(cfg.entropy, "target", None))
         self.version = ranks.version()
         self.steps_done = 0
@@ -161,23 +138,6 @@ class Learner:
         return cls(cfg, buffer=RunBuffer.from_url(buffer_url, run_id, buffer_cfg), **kwargs)
 
     # --- training ---------------------------------------------------------------------------------
-    def _score(self, rows: list[Row], which: str, attr: str) -> None:
-        """Fill ``rows[i].<attr>`` with log-probs of the current policy / reference (no grad)."""
-        lengths = [r.input_len for r in rows]
-        per_rank = assign_to_ranks(split_micro_batches(lengths, self.cfg.micro_batch_tokens), lengths,
-                                   self.ranks.world)
-        ref = ray.put(rows)
-        for scored in self.ranks.call_each("score_rows", [(ref, per_rank[r], self.cfg.loss, self.temperature, which)
-                                                          for r in range(self.ranks.world)]):
-            for i, values in scored.items():
-                setattr(rows[i], attr, values)
-
-    def _check_update_lags(self, report: LagReport, version: int, required: int | None) -> None:
-        if required is not None and report.sample_hist and set(report.sample_hist) != {required}:
-            what = "strict on-policy" if self.mode.strict else f"fixed lag {self.mode.fixed_lag}"
-            raise PolicyLagError(f"{what}: the update at version {version} would train lags {report.sample_hist} "
-                                 f"(every token must have lag {required})")
-
     def _publish(self) -> None:
         """Weights of the current version to the transport, (version, location) to the buffer, then
         the transport's after-announce half (a collective broadcasts there).
@@ -213,50 +173,7 @@ class Learner:
         k = self.cfg.sync_interval
         return last_of_step or (k is not None and version % k == 0)
 
-    def _plan(self, col: Collected) -> _StepPlan:
-        """Rows, optional pi_old / reference scoring, the update schedule and its lags."""
-        cfg = self.cfg
-        rows = rows_from_groups([g for _, g in col.entries], col.advantages, col.loss_masks)
-        if cfg.old_logprobs == "recompute":
-            self._score(rows, "policy", "old_logprobs")
-        if cfg.needs_reference:
-            self._score(rows, "reference", "ref_logprobs")
-        prime_metrics = {}
-        if cfg.prime is not None:                   # rows without a leave-one-out baseline leave the step
-            rows, prime_metrics = PrimeStep(cfg, self.ranks).run(rows)
-        by_group: dict[int, list[int]] = defaultdict(list)
-        for i, r in enumerate(rows):
-            by_group[r.group_index].append(i)
-        schedule = schedule_for(self.mode.batch, seed=self.seed * 1_000_003 + self.steps_done,
-                                num_groups=len(col.entries))
-        plan = _StepPlan(rows=rows, v0=self.version, metrics=prime_metrics)
-
-        def lags_at(version: int, idx: list[int]) -> LagReport:
-            return lag_report(version, torch.tensor([rows[i].version_start for i in idx], dtype=torch.long),
-                              torch.tensor([rows[i].loss_tokens for i in idx], dtype=torch.long),
-                              torch.tensor([rows[i].version_end for i in idx], dtype=torch.long))
-
-        plan.start_lags = lags_at(plan.v0, list(range(len(rows))))
-        for p in schedule:
-            idx = [i for gi in p.group_indices for i in by_group[gi]]
-            if not idx:                             # no loss token: no update (module docstring, 2.)
-                plan.skipped += 1
-                continue
-            version = plan.v0 + len(plan.rank_plans)  # the applied updates so far
-            report, required = lags_at(version, idx), self.mode.required_lag(version)
-            self._check_update_lags(report, version, required)
-            plan.lags = plan.lags.merge(report)
-            plan.rank_plans.append(plan_update(rows, idx, cfg.micro_batch_tokens, self.ranks.world))
-            plan.required_lags.append(required)
-        current = None
-        if cfg.entropy.type == "adaptive" and cfg.entropy.indicator == "current_batch":
-            if not rows:
-                return plan                         # nothing to train, no batch entropy: alpha 0
-            current = float(-np.concatenate([r.old_logprobs for r in rows]).mean())
-        plan.alpha = self.controller.coef(current)
-        return plan
-
-    def _train(self, plan: _StepPlan) -> tuple[list[dict], list[dict], float]:
+    def _train(self, plan: StepPlan) -> tuple[list[dict], list[dict], float]:
         """Run the step's updates on all ranks, in chunks that end where weights are published.
 
         Returns (per-update loss metrics reduced over ranks, per-update rank-0 info, sync seconds).
@@ -304,7 +221,7 @@ class Learner:
         anchor = self._published_at.get(mode.clock(self.steps_done, self.version).min_version(self.steps_done))
         col = self.admission.collect(self.version, self.steps_done, mode, should_stop)
         t_data = time.monotonic()
-        plan = self._plan(col)
+        plan = self.planner.plan(col, mode=mode, step=self.steps_done, v0=self.version, controller=self.controller)
         t_prep = time.monotonic()
         per_update, infos, sync_s = self._train(plan)
         t_train = time.monotonic() - t_prep - sync_s

@@ -1,12 +1,13 @@
 """What one learner step trains with: the configured mode, or the lag guard's strict on-policy fallback.
 
-The configured mode is the run's (``LearnerConfig``). When the lag guard (``learner.guard``)
+The configured mode is the run's lag policy (``LearnerConfig.lag``, ``learner.lag_policy``): on_policy and
+fixed:0 are strict on-policy, bounded:N and fixed:k >= 1 off-policy. When the lag guard (``learner.guard``)
 falls back, the steps of the hold run strict on-policy (DESIGN.md §3) with the run's rollout
 batch: N_reuse 1, D_T = D_R (one update per step), max_lag 0, a symmetric clip at the run's
 eps_low. Groups sampled beyond the new lag bound are dropped and counted at admission, not
 trained, and not an error: unlike a run configured on-policy, whose stale data means a bug.
 
-Fixed-lag mode (``LearnerConfig.fixed_lag`` = k) is a configured mode: every trained token must
+Fixed-lag mode (``--learner.lag fixed:k``) is a configured mode: every trained token must
 have update lag exactly k (``required_lag``), checked at every update like strict on-policy's 0;
 for k >= 1 the feeder pins each prompt to the version s - k its step s needs (``StepClock.fixed_lag``).
 """
@@ -14,13 +15,10 @@ for k >= 1 the feeder pins each prompt to the version s - k its step s needs (``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
 from buffer.versions import StepClock, fixed_lag_required
 from learner.config import BatchConfig, PolicyLossConfig
+from learner.lag_policy import ModeName
 from learner.trainer_config import LearnerConfig
-
-ModeName = Literal["on_policy", "off_policy"]
 
 
 @dataclass(frozen=True)

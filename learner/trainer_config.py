@@ -1,4 +1,4 @@
-"""The DeepSpeed learner's full config: mode, batch sizes, optimizer, engine layout, math.
+"""The DeepSpeed learner's full config: lag policy, batch sizes, optimizer, engine layout, math.
 
 Composes the pure-math sub-configs of ``learner.config`` (batches, advantages, policy loss,
 entropy control) with what only the distributed learner needs. Settings that the actors must
@@ -6,13 +6,15 @@ share (sampling temperature, group size, the per-stage response budget) are not 
 config owns them and hands them to the learner (``Learner(..., temperature=, group_size=)``;
 each group carries the budget it was sampled with).
 
-Strict on-policy mode (DESIGN.md §3) is enforced here, and only here, so a preset that claims
-to be on-policy but is not fails at construction, before any engine starts.
+The lag policy (``learner.lag_policy``: on_policy, bounded:N, fixed:k; DESIGN.md §3) is checked here,
+and only here (its ``lag_problems``), so a preset that claims to be on-policy but is not fails at
+construction, before any engine starts. ``mode``, ``max_lag`` and ``fixed_lag`` are read-only views
+of it; as input keys they are still folded into ``lag`` for one release.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -26,6 +28,7 @@ from learner.config import (
     PolicyLossConfig,
     PrimeConfig,
 )
+from learner.lag_policy import LagPolicy, ModeName, OnPolicy, fold_legacy_keys, lag_error
 
 # Fields that shape the DeepSpeed engines: a Learner may only reuse a rank group whose engines
 # were built with the same values (everything else is per-call and may differ).
@@ -43,23 +46,14 @@ class LearnerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     # --- algorithm ---------------------------------------------------------------------------
-    mode: Literal["on_policy", "off_policy"] = Field(
-        "on_policy", description="'on_policy': strict, every token trained at lag 0 (N_reuse 1, "
-        "D_T = D_R, eps_low = eps_high, max_lag 0; violations raise PolicyLagError). "
-        "'off_policy': lag <= max_lag, N_reuse >= 1, clip-higher allowed (DESIGN.md §3).")
+    lag: LagPolicy = Field(
+        default_factory=OnPolicy, description="The lag policy (learner.lag_policy; DESIGN.md §3): 'on_policy' "
+        "(strict: every token at lag 0, N_reuse 1, D_T = D_R, eps_low = eps_high; violations raise PolicyLagError), "
+        "'bounded:N' (off-policy: generation lag at a step's start <= N, staler responses dropped; the update lag "
+        "lag/* reaches N + N_SGD - 1; clip-higher allowed) or 'fixed:k' (every token at update lag exactly k, one "
+        "update per step; fixed:0 is strict on-policy). Saved as {\"kind\": ...}.")
     batch: BatchConfig = Field(default_factory=BatchConfig,
                                description="D_R, D_T, N_reuse: N_SGD = (D_R / D_T) * N_reuse updates per step.")
-    max_lag: int = Field(0, ge=0, description="Bound on the generation lag at the start of a step "
-                         "(v0 - version_start, reported as lag_start/*): staler responses are dropped, "
-                         "counted and dead-lettered with reason 'stale'. It does not bound the update lag "
-                         "(lag/*, the lag at each optimizer update), which reaches max_lag + N_SGD - 1 "
-                         "(reuse-4 with D_R/D_T 4 and max_lag 16: up to 31). 0 in on-policy mode.")
-    fixed_lag: int | None = Field(
-        None, ge=0, description="Lag as a controlled dose: every trained token has update lag exactly k. "
-        "Actors generate step s with policy version s - k (the weight transport keeps the last k + 1 "
-        "versions; only the Ray object store can), one update per step (N_reuse 1, D_T = D_R); groups "
-        "sampled for a later step wait, staler ones are dropped. k = 0 is strict on-policy (mode "
-        "'on_policy'); k >= 1 needs mode 'off_policy' with max_lag = k. None = off.")
     dynamic_sampling: bool = Field(
         True, description="DAPO dynamic sampling: ACK and discard zero-advantage groups and keep "
         "reading until D_R valid ones. Off: take exactly D_R groups; rejected groups stay in the "
@@ -148,21 +142,17 @@ class LearnerConfig(BaseModel):
         None, gt=0, description="Raise TimeoutError if a step cannot collect D_R valid groups "
         "within this many seconds; None = wait forever.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_lag_keys(cls, data: Any) -> Any:
+        """mode / max_lag / fixed_lag (before ``lag``) folded into ``lag``, for one release."""
+        return fold_legacy_keys(data)
+
     @model_validator(mode="after")
     def _validate(self) -> LearnerConfig:
-        if self.mode == "on_policy":
-            problems = strict_on_policy_problems(self)
-            if problems:
-                raise ValueError("mode='on_policy' is strict on-policy: " + "; ".join(problems))
-            if self.guard.enabled:
-                raise ValueError("guard.enabled watches an off-policy run to fall back to on-policy; "
-                                 "this run is on-policy already")
-        elif self.max_lag < 1:
-            raise ValueError("mode='off_policy' needs max_lag >= 1 (use mode='on_policy' for lag 0)")
-        if self.fixed_lag is not None:
-            problems = fixed_lag_problems(self)
-            if problems:
-                raise ValueError(f"fixed_lag={self.fixed_lag}: " + "; ".join(problems))
+        error = lag_error(self.lag, self.batch, self.loss, self.sync_interval, self.guard)
+        if error:
+            raise ValueError(error)
         if self.loss.correction.type != "none" and self.old_logprobs != "recompute":
             raise ValueError(f"loss.correction '{self.loss.correction.type}' weights by pi_old/mu: it needs "
                              "old_logprobs='recompute' (with 'behaviour', pi_old = mu and the weight is 1)")
@@ -180,6 +170,21 @@ class LearnerConfig(BaseModel):
     @property
     def needs_reference(self) -> bool:
         return self.loss.kl_beta > 0
+
+    @property
+    def mode(self) -> ModeName:
+        """'on_policy' (on_policy, fixed:0: every token at lag 0) or 'off_policy' (bounded:N, fixed:k >= 1)."""
+        return self.lag.mode
+
+    @property
+    def max_lag(self) -> int:
+        """Bound on the generation lag at a step's start: N of bounded:N, k of fixed:k, 0 on-policy."""
+        return self.lag.max_lag
+
+    @property
+    def fixed_lag(self) -> int | None:
+        """k of fixed:k (0 included), else None."""
+        return self.lag.fixed_lag
 
     @property
     def versions_needed(self) -> int:
@@ -201,52 +206,6 @@ class LearnerConfig(BaseModel):
     def engine_signature(self) -> dict:
         """The fields a rank group's engines were built with (see ENGINE_FIELDS)."""
         return {k: getattr(self, k) for k in ENGINE_FIELDS}
-
-
-def strict_on_policy_problems(cfg: LearnerConfig) -> list[str]:
-    """Why ``cfg`` is not strict on-policy (DESIGN.md §3), or [] if it is.
-
-    Every sample at lag 0: N_reuse = 1 and D_T = D_R (one update per rollout batch), max_lag 0,
-    weights published once per step, and a symmetric clip eps_low = eps_high (0.2 in the paper;
-    the value itself is the loss's choice, the symmetry is the mode's).
-    """
-    problems = []
-    if cfg.batch.n_reuse != 1:
-        problems.append(f"n_reuse={cfg.batch.n_reuse} (need 1)")
-    if cfg.batch.mini_batch != cfg.batch.rollout_batch:
-        problems.append(f"mini_batch={cfg.batch.mini_batch} != rollout_batch={cfg.batch.rollout_batch}")
-    if cfg.loss.eps_low != cfg.loss.eps_high:
-        problems.append(f"eps_low={cfg.loss.eps_low} != eps_high={cfg.loss.eps_high}")
-    if cfg.max_lag != 0:
-        problems.append(f"max_lag={cfg.max_lag} (need 0)")
-    if cfg.sync_interval not in (None, 1):
-        problems.append(f"sync_interval={cfg.sync_interval} (need None or 1: actors generate batch s "
-                        "with version s weights)")
-    return problems
-
-
-def fixed_lag_problems(cfg: LearnerConfig) -> list[str]:
-    """Why ``cfg`` cannot train every token at update lag exactly ``cfg.fixed_lag`` = k, or [].
-
-    One update per step (so the step's data is not reused at k + 1, k + 2, ...), weights published
-    once per step, no guard (it would switch the lag), and a mode and max_lag that say k: on-policy
-    for k = 0, off-policy with max_lag = k for k >= 1 (admission and the feeder's clock read max_lag).
-    """
-    k, problems = cfg.fixed_lag, []
-    if cfg.batch.n_reuse != 1 or cfg.batch.mini_batch != cfg.batch.rollout_batch:
-        problems.append(f"needs one update per step: --learner.batch.n_reuse 1 and --learner.batch.mini_batch "
-                        f"{cfg.batch.rollout_batch} (= rollout_batch; got n_reuse {cfg.batch.n_reuse}, "
-                        f"mini_batch {cfg.batch.mini_batch})")
-    if cfg.sync_interval not in (None, 1):
-        problems.append(f"sync_interval={cfg.sync_interval}: weights are published once per step (None)")
-    if cfg.guard.enabled:
-        problems.append("the lag guard switches the lag itself: turn --learner.guard.enabled off")
-    if k == 0 and cfg.mode != "on_policy":
-        problems.append("lag 0 is strict on-policy: --learner.mode on_policy --learner.max_lag 0")
-    if k and (cfg.mode != "off_policy" or cfg.max_lag != k):
-        problems.append(f"needs --learner.mode off_policy --learner.max_lag {k} (got mode {cfg.mode}, "
-                        f"max_lag {cfg.max_lag})")
-    return problems
 
 
 def gpu_share_problems(cfg: LearnerConfig) -> list[str]:

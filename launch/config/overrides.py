@@ -60,17 +60,18 @@ def apply_overrides(config: M, pairs: list[tuple[str, str]]) -> M:
     # A tag switch first (`--learner.entropy.type fixed`): it starts the member afresh from its own
     # defaults, and the member's fields given with it then apply whichever order they came in.
     pairs = sorted(pairs, key=lambda kv: not kv[0].endswith(".type"))
+    # Keys the dump lacks go to the model too: an old input key a model still reads (``--learner.max_lag``,
+    # folded into ``learner.lag`` by its validator) passes; a typo is refused there (extra fields are
+    # forbidden) and reported as unknown, with the nearest known keys.
+    absent = []
     for key, raw in pairs:
         node, parts = data, key.split(".")
-        for i, part in enumerate(parts[:-1]):
+        for part in parts[:-1]:
             if not isinstance(node.get(part), dict):
-                node = None
-                break
+                raise ConfigError(_unknown(key, valid))
             node = node[part]
-        if node is None or (parts[-1] not in node and not _is_union_switch(node, parts[-1])):
-            close = difflib.get_close_matches(key, valid, n=3)
-            hint = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
-            raise ConfigError(f"unknown config key --{key}{hint}")
+        if parts[-1] not in node and not _is_union_switch(node, parts[-1]):
+            absent.append(key)
         value = parse_value(raw)
         if parts[-1] == "type" and node.get("type") != value:
             node.clear()        # the old member's fields are not the new one's (adaptive's target in fixed)
@@ -78,9 +79,19 @@ def apply_overrides(config: M, pairs: list[tuple[str, str]]) -> M:
     try:
         return type(config).model_validate(data)
     except ValidationError as exc:
+        extra = {".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "extra_forbidden"}
+        for key in absent:
+            if key in extra:
+                raise ConfigError(_unknown(key, valid)) from None
         lines = [f"  --{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})"
                  for e in exc.errors()]
         raise ConfigError("invalid config:\n" + "\n".join(lines)) from None
+
+
+def _unknown(key: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(key, valid, n=3)
+    hint = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+    return f"unknown config key --{key}{hint}"
 
 
 def _is_union_switch(node: dict, key: str) -> bool:

@@ -1,9 +1,10 @@
 """Named presets: the paper's settings (DESIGN.md §5) as plain Python objects.
 
 Every preset is the baseline with a few fields changed, so a diff between two presets is the
-ablation. Each CPU world scales any preset down (``launch.worlds``: ``--tiny``, ``--reasoning``,
-``--shapes``) keeping what the ablation is about: N_reuse, D_R/D_T (hence N_SGD), the clip range, the
-entropy rule and the mode. The Sky-T1 recipe's RL stages (another system, not Skywork ablations) live
+ablation; each states its lag once (``learner.lag``: on_policy, bounded:N or fixed:k; ``learner.lag_policy``).
+Each CPU world scales any preset down (``launch.worlds``: ``--tiny``, ``--reasoning``, ``--shapes``)
+keeping what the ablation is about: N_reuse, D_R/D_T (hence N_SGD), the clip range, the entropy rule
+and the lag policy. The Sky-T1 recipe's RL stages (another system, not Skywork ablations) live
 in ``launch.config.skyt1_presets`` and are registered here.
 """
 
@@ -15,6 +16,7 @@ from actors.config import ActorConfig
 from launch.config import DataConfig, RunConfig, StageConfig
 from launch.config.skyt1_presets import SKYT1_PRESETS
 from learner.config import AdaptiveEntropy, BatchConfig, FixedEntropy, NoEntropy, PolicyLossConfig
+from learner.lag_policy import Bounded, Fixed, OnPolicy
 from learner.trainer_config import LearnerConfig
 
 
@@ -24,7 +26,7 @@ def baseline() -> RunConfig:
     return RunConfig(
         preset="baseline", temperature=1.0, group_size=16,
         actors=ActorConfig(max_model_len=16384 + 2048),
-        learner=LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=64, mini_batch=64, n_reuse=1),
+        learner=LearnerConfig(lag=OnPolicy(), batch=BatchConfig(rollout_batch=64, mini_batch=64, n_reuse=1),
                               lr=1e-6, entropy=AdaptiveEntropy(target=0.2)),
         data=DataConfig(stages=[StageConfig(max_tokens=16384)]),
     )
@@ -43,14 +45,15 @@ def _batch(d_r: int, d_t: int, n_reuse: int = 1) -> BatchConfig:
 
 
 def reuse(n_reuse: int, d_r: int, d_t: int, eps_high: float = 0.2, max_lag: int | None = None) -> Callable[[], RunConfig]:
-    """Ablation quadruple (N_reuse, D_R, D_T): N_SGD = D_R/D_T * N_reuse. (1, D, D) is on-policy."""
+    """Ablation quadruple (N_reuse, D_R, D_T): N_SGD = D_R/D_T * N_reuse. (1, D, D) is on-policy, any other
+    bounded:``max_lag`` (default N_SGD)."""
     def make() -> RunConfig:
         name = f"reuse{n_reuse}_dr{d_r}_dt{d_t}" + (f"_eh{eps_high:g}" if eps_high != 0.2 else "")
         batch = _batch(d_r, d_t, n_reuse)
         if n_reuse == 1 and d_r == d_t and eps_high == 0.2:
             return _with(baseline(), name, batch=batch)
-        return _with(baseline(), name, mode="off_policy", batch=batch,
-                     max_lag=max_lag if max_lag is not None else batch.n_sgd,
+        bound = max_lag if max_lag is not None else batch.n_sgd
+        return _with(baseline(), name, lag=Bounded(max_lag=bound), batch=batch,
                      loss=PolicyLossConfig(eps_low=0.2, eps_high=eps_high))
     return make
 
@@ -74,7 +77,7 @@ def offpolicy_guarded() -> RunConfig:
 
 def clip_higher(eps_high: float) -> Callable[[], RunConfig]:
     def make() -> RunConfig:
-        return _with(baseline(), f"cliphigh_{eps_high:g}", mode="off_policy", max_lag=1,
+        return _with(baseline(), f"cliphigh_{eps_high:g}", lag=Bounded(max_lag=1),
                      loss=PolicyLossConfig(eps_low=0.2, eps_high=eps_high))
     return make
 
@@ -95,11 +98,10 @@ def entropy(kind: str, coef: float = 0.0) -> Callable[[], RunConfig]:
 
 def fixed_lag(k: int) -> Callable[[], RunConfig]:
     """Lag as a controlled dose: the baseline with every token trained at update lag exactly k
-    (``LearnerConfig.fixed_lag``; k = 0 is strict on-policy). Only the lag differs between the
-    doses: one update per step, the symmetric clip 0.2, the same learning rate."""
+    (``learner.lag`` fixed:k; fixed:0 is strict on-policy). Only the lag differs between the doses: one
+    update per step, the symmetric clip 0.2, the same learning rate."""
     def make() -> RunConfig:
-        lag = {"fixed_lag": k} | ({"mode": "off_policy", "max_lag": k} if k else {})
-        return _with(baseline(), f"fixedlag_{k}", **lag)
+        return _with(baseline(), f"fixedlag_{k}", lag=Fixed(k=k))
     return make
 
 

@@ -27,6 +27,7 @@ from typing import Callable
 from actors.config import ActorConfig
 from launch.config import DataConfig, RunConfig, StageConfig
 from learner.config import AdvantageConfig, BatchConfig, NoEntropy, PrimeConfig
+from learner.lag_policy import OnPolicy
 from learner.trainer_config import LearnerConfig
 
 BATCH = 256                 # prompts per RL step in both stages (blog)
@@ -41,7 +42,7 @@ def _stage(name: str, group_size: int, **learner) -> RunConfig:
     return RunConfig(
         preset=name, temperature=1.0, group_size=group_size,
         actors=ActorConfig(max_model_len=RESPONSE_BUDGET + 2048),
-        learner=LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=BATCH, mini_batch=BATCH),
+        learner=LearnerConfig(lag=OnPolicy(), batch=BatchConfig(rollout_batch=BATCH, mini_batch=BATCH),
                               lr=POLICY_LR, entropy=NoEntropy(), **learner),
         data=DataConfig(stages=[StageConfig(max_tokens=RESPONSE_BUDGET)]))
 

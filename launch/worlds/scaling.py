@@ -1,9 +1,10 @@
 """What every world's scaling of a preset shares (each world's ``scale.py`` says what it sets and why).
 
-Kept from the preset: the mode, N_reuse and D_R/D_T (hence N_SGD), the clip range, the entropy rule,
-the truncation mask and the sampling temperature: what an ablation is about. Always changed for a
-CPU world: one learner rank (ZeRO-0), one CPU actor (eager vLLM, no GPU, two rollout batches of
-prompts in flight), no chat template (the worlds' tokenizers have none), a few steps.
+Kept from the preset: the lag policy (``learner.lag``, carried over as the preset states it), N_reuse and
+D_R/D_T (hence N_SGD), the clip range, the entropy rule, the truncation mask and the sampling temperature:
+what an ablation is about. Always changed for a CPU world: one learner rank (ZeRO-0), one CPU actor (eager
+vLLM, no GPU, two rollout batches of prompts in flight), no chat template (the worlds' tokenizers have
+none), a few steps.
 """
 
 from __future__ import annotations

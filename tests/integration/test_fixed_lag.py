@@ -1,4 +1,4 @@
-"""Lag as a controlled dose (``--learner.fixed_lag k``) in real tiny runs: Ray, vLLM, Redis, DeepSpeed.
+"""Lag as a controlled dose (``--learner.lag fixed:k``) in real tiny runs: Ray, vLLM, Redis, DeepSpeed.
 
 - k = 0 (strict on-policy): every step's update-lag histogram is exactly {0}, its step-start
   (generation) lag too, one update per step.
@@ -39,9 +39,11 @@ def _run(tmp_path: Path, run_id: str, k: int, steps: int, extra: list[str] = ())
 
     cfg, _ = build_config(["--tiny", "--steps", str(steps), "--run_dir", str(tmp_path / "runs"), "--run_id", run_id,
                            *EVAL, *extra], default_preset=f"fixedlag_{k}")
-    assert cfg.learner.fixed_lag == k and cfg.learner.batch.n_sgd == 1
+    assert str(cfg.learner.lag) == f"fixed:{k}" and cfg.learner.fixed_lag == k and cfg.learner.batch.n_sgd == 1
     t0 = time.monotonic()
     result = run(cfg)
+    saved = json.loads((result.run_path / "config.json").read_text())["learner"]
+    assert saved["lag"] == {"kind": "fixed", "k": k} and "fixed_lag" not in saved     # stated once
     rows = [json.loads(line) for line in (result.run_path / "metrics.jsonl").read_text().splitlines()]
     return cfg, result, rows, time.monotonic() - t0
 

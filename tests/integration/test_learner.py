@@ -75,7 +75,7 @@ def mini_batch_loss(model, groups, cfg: LearnerConfig) -> torch.Tensor:
 
 # ------------------------------------------------------------------------------------------------
 def test_one_update_changes_params_and_lowers_loss(ranks, tiny_world, redis_url, policy, run_dir):
-    cfg = learner_cfg(mode="on_policy")
+    cfg = learner_cfg(lag="on_policy")
     buf = make_buffer(redis_url, "update")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     v0, before = learner.version, learner.full_state_dict()
@@ -104,7 +104,7 @@ def test_one_and_two_ranks_give_the_same_update(ranks, tiny_world, redis_url, po
     from learner.rank_actor import RankGroup
 
     assert ranks.call("load_checkpoint", str(ranks.init_ckpt)) == [0]      # version-0 weights and optimizer
-    cfg1 = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=2, shuffle=False,
+    cfg1 = learner_cfg(lag="bounded:2", rollout_batch=4, mini_batch=2, shuffle=False,
                        micro_batch_tokens=24)
     cfg2 = cfg1.model_copy(update={"num_ranks": 2, "zero_stage": 2})
     init = ranks.call("full_state_dict")[0]
@@ -147,7 +147,7 @@ def test_one_and_two_ranks_give_the_same_update(ranks, tiny_world, redis_url, po
 
 
 def test_on_policy_raises_on_lag(ranks, tiny_world, redis_url, policy, run_dir):
-    cfg = learner_cfg(mode="on_policy")
+    cfg = learner_cfg(lag="on_policy")
     buf = make_buffer(redis_url, "onpolicy")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     set_weights(policy, learner.full_state_dict())
@@ -177,7 +177,7 @@ def test_on_policy_raises_on_lag(ranks, tiny_world, redis_url, policy, run_dir):
 def test_off_policy_reuse_16_updates_lags_stale_and_zero_advantage(ranks, tiny_world, redis_url, policy, run_dir):
     from actors.transport.object_store import RayObjectStoreTransport
 
-    cfg = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=1, n_reuse=4, sync_interval=4,
+    cfg = learner_cfg(lag="bounded:2", rollout_batch=4, mini_batch=1, n_reuse=4, sync_interval=4,
                       loss=PolicyLossConfig(eps_low=0.2, eps_high=0.28))
     buf = make_buffer(redis_url, "reuse")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
@@ -234,7 +234,7 @@ def test_groups_delivered_again_after_redis_forgot_are_never_retrained(ranks, ti
     back through XREADGROUP. Trained ones are skipped (ACKed as already_trained), never retrained."""
     from buffer.audit import audit
 
-    cfg = learner_cfg(mode="off_policy", max_lag=4, checkpoint_every=2)
+    cfg = learner_cfg(lag="bounded:4", checkpoint_every=2)
     buf = make_buffer(redis_url, "redeliver")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     set_weights(policy, learner.full_state_dict())
@@ -269,7 +269,7 @@ def test_future_versions_wait_or_are_dead_lettered(ranks, tiny_world, redis_url,
     """As after a restore: the buffer holds version v+2 published by a crashed learner, the learner
     is at v. A group sampled with v+2 waits until the learner gets there; one claiming a version
     nobody published is dead-lettered; intermediate versions are not published backwards."""
-    cfg = learner_cfg(mode="off_policy", max_lag=4, rollout_batch=2, mini_batch=2)
+    cfg = learner_cfg(lag="bounded:4", rollout_batch=2, mini_batch=2)
     buf = make_buffer(redis_url, "future")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     v = learner.version
@@ -291,7 +291,7 @@ def test_future_versions_wait_or_are_dead_lettered(ranks, tiny_world, redis_url,
 
 
 def test_recompute_old_logprobs_and_kl(ranks, tiny_world, redis_url, policy, run_dir):
-    cfg = learner_cfg(mode="on_policy", old_logprobs="recompute", loss=PolicyLossConfig(kl_beta=1e-3))
+    cfg = learner_cfg(lag="on_policy", old_logprobs="recompute", loss=PolicyLossConfig(kl_beta=1e-3))
     buf = make_buffer(redis_url, "recompute")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
     set_weights(policy, ranks.call("full_state_dict")[0])
@@ -308,7 +308,7 @@ def test_resume_reproduces_the_next_step_exactly(ranks, tiny_world, redis_url, p
     """Checkpoint at step 2, crash after step 3: the restarted learner retrains step 3's pending
     groups to bit-identical weights. Crash between checkpoint 4 and its ACK: the restarted learner
     ACKs and skips the covered groups and trains only new ones."""
-    cfg = learner_cfg(mode="off_policy", max_lag=8, rollout_batch=4, mini_batch=2, checkpoint_every=2,
+    cfg = learner_cfg(lag="bounded:8", rollout_batch=4, mini_batch=2, checkpoint_every=2,
                       entropy=AdaptiveEntropy(target=10.0, delta=1e-3, c_init=1e-3, c_max=1e-2))
     name = "resume"
     buf = make_buffer(redis_url, name)
@@ -379,7 +379,7 @@ def test_corrections_see_the_behaviour_logprobs(ranks, tiny_world, redis_url, po
     behaviour mismatch is reported."""
     from learner.config import TruncatedIS
 
-    cfg = learner_cfg(mode="off_policy", max_lag=4, old_logprobs="recompute",
+    cfg = learner_cfg(lag="bounded:4", old_logprobs="recompute",
                       loss=PolicyLossConfig(correction=TruncatedIS(cap=2.0)))
     buf = make_buffer(redis_url, "tis")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)
@@ -401,7 +401,7 @@ def test_an_update_without_loss_tokens_is_not_an_update(ranks, tiny_world, redis
     mask. Its mini-batch is no update: no AdamW step on a zero gradient, no version; the later updates
     move up one version (their lags say so) and the feeder's clock is re-anchored. A step whose every
     mini-batch is empty trains nothing: version unchanged, entropy NaN (not 0), the controller untouched."""
-    cfg = learner_cfg(mode="off_policy", max_lag=2, rollout_batch=4, mini_batch=1, shuffle=False,
+    cfg = learner_cfg(lag="bounded:2", rollout_batch=4, mini_batch=1, shuffle=False,
                       dynamic_sampling=False, entropy=AdaptiveEntropy(target=10.0, delta=1e-3, c_max=1e-2))
     buf = make_buffer(redis_url, "empty")
     learner = make_learner(cfg, buf, tiny_world, run_dir, ranks)

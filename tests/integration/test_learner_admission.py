@@ -15,7 +15,7 @@ from learner.admission import Admission, TrainedLedger
 from learner.config import BatchConfig
 from learner.modes import configured_mode, fallback_mode
 from learner.trainer_config import LearnerConfig
-from tests.samples import make_group
+from bench.synthetic import make_group
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_strict_on_policy_drops_straddled_responses(redis_server):
     half = _spans(make_group("half", version=v, seed=3), [(v, v), (v, v + 1), (v, v), (v, v + 1)])
     for g in (all_straddled, clean, half):
         buf.put_group(g)
-    cfg = LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100,
+    cfg = LearnerConfig(lag="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100,
                         data_timeout_s=30.0)
     col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=configured_mode(cfg))
     assert [g.group_id for _, g in col.entries] == ["clean", "half"]
@@ -57,7 +57,7 @@ def test_off_policy_trains_straddled_responses_the_guard_fallback_does_not(redis
     v = 5
     half = _spans(make_group("half", version=v, seed=3), [(v, v), (v, v + 1), (v, v), (v, v + 1)])
     buf.put_group(half)
-    cfg = LearnerConfig(mode="off_policy", max_lag=2, batch=BatchConfig(rollout_batch=1, mini_batch=1),
+    cfg = LearnerConfig(lag="bounded:2", batch=BatchConfig(rollout_batch=1, mini_batch=1),
                         loss={"eps_low": 0.2, "eps_high": 0.28}, block_ms=100, data_timeout_s=30.0)
     mode = fallback_mode(cfg) if fallback else configured_mode(cfg)
     col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=mode)
@@ -75,7 +75,7 @@ def test_guard_fallback_drops_groups_beyond_its_lag_bound_and_counts_them(redis_
     v = 5
     buf.put_group(_spans(make_group("old", version=v - 1, seed=4), [(v - 1, v - 1)] * 4))
     buf.put_group(_spans(make_group("fresh", version=v, seed=5), [(v, v)] * 4))
-    cfg = LearnerConfig(mode="off_policy", max_lag=2, batch=BatchConfig(rollout_batch=1, mini_batch=1),
+    cfg = LearnerConfig(lag="bounded:2", batch=BatchConfig(rollout_batch=1, mini_batch=1),
                         loss={"eps_low": 0.2, "eps_high": 0.28}, block_ms=100, data_timeout_s=30.0)
     mode = fallback_mode(cfg) if fallback else configured_mode(cfg)
     col = Admission(cfg, buf, TrainedLedger(buf)).collect(version=v, step=v, mode=mode)
@@ -96,7 +96,7 @@ def test_fixed_lag_trains_exactly_k_behind_defers_later_steps_and_drops_staler(r
     later2 = _spans(make_group("later2", version=4, seed=6), [(4, 4)] * 4)
     for g in (later, stale, exact, mixed, later2):
         buf.put_group(g)
-    cfg = LearnerConfig(mode="off_policy", max_lag=k, fixed_lag=k, batch=BatchConfig(rollout_batch=2, mini_batch=2),
+    cfg = LearnerConfig(lag=f"fixed:{k}", batch=BatchConfig(rollout_batch=2, mini_batch=2),
                         block_ms=100, data_timeout_s=30.0)
     mode = configured_mode(cfg)
     admission = Admission(cfg, buf, TrainedLedger(buf))
@@ -132,7 +132,7 @@ def test_a_stop_while_waiting_for_data_interrupts_the_step_and_keeps_what_it_rea
     buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
     v = 2
     buf.put_group(_spans(make_group("first", version=v, seed=1), [(v, v)] * 4))
-    cfg = LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100,
+    cfg = LearnerConfig(lag="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100,
                         data_timeout_s=30.0)
     admission = Admission(cfg, buf, TrainedLedger(buf))
     asked = []
@@ -166,7 +166,7 @@ def test_look_ahead_reports_the_next_steps_losses_while_training_and_acks_nothin
     monkeypatch.setattr(admission_module, "compute_advantages", lambda *a, **k: scored.append(1) or compute(*a, **k))
     buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
     v = 5
-    cfg = LearnerConfig(mode="off_policy", max_lag=1, batch=BatchConfig(rollout_batch=3, mini_batch=3),
+    cfg = LearnerConfig(lag="bounded:1", batch=BatchConfig(rollout_batch=3, mini_batch=3),
                         loss={"eps_low": 0.2, "eps_high": 0.28}, block_ms=100, data_timeout_s=30.0)
     assert cfg.dynamic_sampling
     mode = configured_mode(cfg)
@@ -203,6 +203,6 @@ def test_look_ahead_leaves_strict_on_policy_to_collect(redis_server):
     earlier step's surplus, which collect drops as stale: the look ahead takes nothing."""
     buf = RunBuffer.from_url(redis_server.url, f"adm-{uuid.uuid4().hex[:6]}")
     buf.put_group(make_group("late", version=2, step=2, seed=1))
-    cfg = LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100)
+    cfg = LearnerConfig(lag="on_policy", batch=BatchConfig(rollout_batch=2, mini_batch=2), block_ms=100)
     Admission(cfg, buf, TrainedLedger(buf)).look_ahead(step=3, version=3, mode=configured_mode(cfg))
     assert buf.pending_groups(cfg.consumer) == [] and buf.get_meta("learner_need") == {}

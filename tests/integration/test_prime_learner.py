@@ -75,7 +75,7 @@ def test_prime_step_matches_plain_torch(prime_ranks, tiny_world, redis_url, poli
     each equal to the same computation in plain torch."""
     from buffer.audit import audit
 
-    cfg = prime_cfg(mode="on_policy", grad_clip=1.0)
+    cfg = prime_cfg(lag="on_policy", grad_clip=1.0)
     buf = make_buffer(redis_url, "prime")
     learner = make_learner(cfg, buf, tiny_world, run_dir, prime_ranks)
     assert learner.version == 0
@@ -141,7 +141,7 @@ def test_prime_resume_restores_policy_and_prm_exactly(prime_ranks, tiny_world, r
     learner holds the step-2 weights of both models, and retrains step 3 to bit-identical weights."""
     from buffer import RunBuffer
 
-    cfg = prime_cfg(mode="on_policy", checkpoint_every=2)
+    cfg = prime_cfg(lag="on_policy", checkpoint_every=2)
     buf = make_buffer(redis_url, "prime-resume")
     learner = make_learner(cfg, buf, tiny_world, run_dir, prime_ranks)
     v0 = learner.version

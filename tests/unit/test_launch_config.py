@@ -26,7 +26,7 @@ def test_tiny_keeps_reuse_and_batch_ratio(name):
     assert tiny.world == "tiny" and t.n_reuse == b.n_reuse
     assert t.rollout_batch * b.mini_batch == b.rollout_batch * t.mini_batch
     assert t.n_sgd == b.n_sgd and tiny.temperature == big.temperature
-    assert (tiny.learner.mode, tiny.learner.loss.eps_high) == (big.learner.mode, big.learner.loss.eps_high)
+    assert (tiny.learner.lag, tiny.learner.loss.eps_high) == (big.learner.lag, big.learner.loss.eps_high)
     assert tiny.group_size == big.group_size                               # rollouts per prompt are the recipe's
     assert (tiny.learner.prime is None) == (big.learner.prime is None)
     assert tiny.learner.advantage.estimator == big.learner.advantage.estimator
@@ -147,26 +147,46 @@ def test_cli_exits_2_with_the_message(capsys):
 
 
 def test_ablation_holds_the_learning_rate_equal(tmp_path, capsys):
-    from launch.experiments.ablation import fair_configs
+    from launch.experiments.ablation import fair_specs
 
-    cfgs, lr = fair_configs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t", overrides=[])
+    specs, lr = fair_specs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t", overrides=[])
+    cfgs = [s.config(tmp_path) for s in specs]
     # the tiny world gives reuse-4 (16 updates per step) lr / 4: both arms get that one
     assert [c.learner.lr for c in cfgs] == [lr, lr] == [scale_to_tiny(get_preset("offpolicy_reuse4")).learner.lr] * 2
+    assert [(c.run_id, c.steps, c.world) for c in cfgs] == [("t-onpolicy", 5, "tiny"), ("t-offpolicy_reuse4", 5, "tiny")]
     assert "one learning rate for every preset" in capsys.readouterr().out
-    cfgs, lr2 = fair_configs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t",
-                             overrides=["--learner.lr", "3e-4"])
-    assert lr2 == 3e-4 and {c.learner.lr for c in cfgs} == {3e-4}
+    specs, lr2 = fair_specs(["onpolicy", "offpolicy_reuse4"], tmp_path, tiny=True, steps=5, prefix="t",
+                            overrides=["--learner.lr", "3e-4"])
+    assert lr2 == 3e-4 and {s.config(tmp_path).learner.lr for s in specs} == {3e-4}
 
 
 def test_fixed_lag_presets_differ_from_the_baseline_only_in_the_lag():
     base = get_preset("baseline").learner
     for k in (0, 1, 2, 4, 8):
         cfg = get_preset(f"fixedlag_{k}")
-        assert cfg.learner.fixed_lag == k and cfg.learner.versions_needed == k + 1
-        assert (cfg.learner.mode, cfg.learner.max_lag) == (("off_policy", k) if k else ("on_policy", 0))
+        assert str(cfg.learner.lag) == f"fixed:{k}" and cfg.learner.versions_needed == k + 1
+        assert (cfg.learner.mode, cfg.learner.max_lag, cfg.learner.fixed_lag) == \
+            (("off_policy", k, k) if k else ("on_policy", 0, 0))
         differ = {f for f in type(base).model_fields if getattr(cfg.learner, f) != getattr(base, f)}
-        assert differ <= {"fixed_lag", "mode", "max_lag"}, differ
-        assert scale_to_tiny(cfg).learner.fixed_lag == k
+        assert differ == {"lag"}, differ
+        assert scale_to_tiny(cfg).learner.lag == cfg.learner.lag
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_states_its_lag_once(name):
+    cfg = get_preset(name)
+    saved = cfg.learner.model_dump(mode="json")
+    assert "lag" in saved and not {"mode", "max_lag", "fixed_lag"} & set(saved)
+    b = cfg.learner.batch
+    if name.startswith("fixedlag_"):
+        want = f"fixed:{name.removeprefix('fixedlag_')}"
+    elif name.startswith("cliphigh_"):
+        want = "bounded:1"
+    elif name.startswith(("reuse", "offpolicy_")) and (b.n_sgd > 1 or cfg.learner.loss.eps_high != 0.2):
+        want = f"bounded:{b.n_sgd}"
+    else:
+        want = "on_policy"
+    assert str(cfg.learner.lag) == want
 
 
 def test_fixed_lag_refuses_a_transport_that_serves_only_the_newest_version():
@@ -191,3 +211,22 @@ def test_fixed_lag_refuses_a_transport_that_serves_only_the_newest_version():
     with pytest.raises(ValueError, match="--actors.weight_transport ray"):
         check_serves_versions(object(), 2)                                     # no location_for
     check_serves_versions(object(), 1)                                         # the newest only: anything
+
+
+@pytest.mark.parametrize("argv, lag", [
+    (["--learner.lag", "fixed:4"], "fixed:4"),
+    (["--learner.mode", "off_policy", "--learner.max_lag", "4"], "bounded:4"),        # the old keys, one release
+    (["--learner.fixed_lag", "2", "--learner.mode", "off_policy", "--learner.max_lag", "2"], "fixed:2"),
+    (["--learner.fixed_lag", "2"], "fixed:2"),
+    (["--preset", "offpolicy_reuse4", "--learner.max_lag", "4"], "bounded:4"),
+])
+def test_the_lag_on_the_command_line_new_and_old(argv, lag):
+    cfg, _ = build_config(["--tiny", *argv], default_preset="onpolicy")
+    assert str(cfg.learner.lag) == lag
+
+
+def test_old_lag_keys_that_contradict_name_the_new_setting():
+    with pytest.raises(ConfigError, match=r"max_lag=4 beside lag on_policy: .*--learner.lag bounded:4"):
+        apply_overrides(get_preset("onpolicy"), [("learner.max_lag", "4")])
+    with pytest.raises(ConfigError, match=r"unknown config key --learner\.max_lagg"):     # a typo is still unknown
+        apply_overrides(get_preset("onpolicy"), [("learner.max_lagg", "4")])

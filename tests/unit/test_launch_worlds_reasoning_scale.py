@@ -31,7 +31,7 @@ def test_keeps_what_the_ablation_is_about(name):
     assert (s.n_reuse, s.n_sgd) == (b.n_reuse, b.n_sgd)
     assert s.rollout_batch // s.mini_batch == b.rollout_batch // b.mini_batch
     assert s.rollout_batch == 16 and small.group_size == 8
-    assert (small.temperature, small.learner.mode) == (big.temperature, big.learner.mode)
+    assert (small.temperature, small.learner.lag) == (big.temperature, big.learner.lag)
     assert small.learner.loss == big.learner.loss
     assert small.learner.entropy == big.learner.entropy
     assert small.learner.advantage.truncation_mask == big.learner.advantage.truncation_mask

@@ -4,11 +4,12 @@ import pytest
 
 from learner.config import BatchConfig, GuardConfig, PolicyLossConfig
 from learner.modes import configured_mode, fallback_mode, mode_for
-from learner.trainer_config import LearnerConfig, strict_on_policy_problems
+from learner.lag_policy import OnPolicy, lag_problems
+from learner.trainer_config import LearnerConfig
 
 
 def _off_policy(**kw) -> LearnerConfig:
-    return LearnerConfig(mode="off_policy", max_lag=16, batch=BatchConfig(rollout_batch=64, mini_batch=16, n_reuse=4),
+    return LearnerConfig(lag="bounded:16", batch=BatchConfig(rollout_batch=64, mini_batch=16, n_reuse=4),
                          loss=PolicyLossConfig(eps_low=0.2, eps_high=0.28), **kw)
 
 
@@ -19,8 +20,7 @@ def test_fallback_is_strict_on_policy_with_the_runs_rollout_batch():
     assert (fb.batch.rollout_batch, fb.batch.mini_batch, fb.batch.n_reuse, fb.batch.n_sgd) == (64, 64, 1, 1)
     assert (fb.loss.eps_low, fb.loss.eps_high) == (0.2, 0.2)
     # exactly what the strict on-policy rule asks of a configured run
-    strict = cfg.model_copy(update={"mode": "on_policy", "batch": fb.batch, "max_lag": 0, "loss": fb.loss})
-    assert strict_on_policy_problems(strict) == []
+    assert lag_problems(OnPolicy(), fb.batch, fb.loss, cfg.sync_interval, GuardConfig()) == []
 
 
 def test_mode_for_the_guards_answer():
@@ -40,15 +40,15 @@ def test_clock_of_a_mode():
 
 def test_guard_only_watches_off_policy_runs():
     with pytest.raises(ValueError, match="on-policy already"):
-        LearnerConfig(mode="on_policy", guard=GuardConfig(enabled=True))
+        LearnerConfig(lag="on_policy", guard=GuardConfig(enabled=True))
 
 
 def test_fixed_lag_mode_requires_exactly_k_after_the_ramp_in():
-    mode = configured_mode(LearnerConfig(mode="off_policy", max_lag=2, fixed_lag=2))
+    mode = configured_mode(LearnerConfig(lag="fixed:2"))
     assert mode.pinned and not mode.strict and mode.fixed_lag == 2
     assert [mode.required_lag(v) for v in range(5)] == [0, 1, 2, 2, 2]
     clock = mode.clock(3, 3)
     assert (clock.fixed_lag, clock.pin_version(3), clock.pin_version(5)) == (2, 1, 3)
-    strict = configured_mode(LearnerConfig(fixed_lag=0))            # lag 0 is strict on-policy: not pinned
+    strict = configured_mode(LearnerConfig(lag="fixed:0"))          # lag 0 is strict on-policy: not pinned
     assert strict.strict and not strict.pinned and strict.required_lag(7) == 0 and strict.clock(0, 0).fixed_lag is None
     assert configured_mode(_off_policy()).required_lag(9) is None

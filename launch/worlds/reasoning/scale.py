@@ -3,7 +3,7 @@
 Budgets are the paper's divided by 128, so 8K -> 16K -> 32K becomes 64 -> 128 -> 256 tokens and the
 baseline's 16K becomes 128: the warmed-up policy's responses run ~15-170 tokens, so a 64-token stage
 cuts the long-k problems, 128 a few, 256 none (the figures are in the world's manifest). What is
-kept from the preset: its mode, N_reuse, D_R/D_T (hence N_SGD), τ, clip range, entropy rule,
+kept from the preset: its lag policy, N_reuse, D_R/D_T (hence N_SGD), τ, clip range, entropy rule,
 truncation mask and overlong shaping (L_cache divided by 128 like the budgets). What changes, and why:
 
 - D_R 64 -> REASONING_ROLLOUT_UNIT prompts (D_T by the same factor) and REASONING_GROUP_SIZE samples

@@ -2,7 +2,7 @@
 
 The model is ``launch.worlds.shapes.build`` (Qwen2.5-0.5B architecture, random weights, 151,936-token
 vocabulary); responses run to a 512-token budget (a random policy never stops early). What is
-kept from the preset: its mode, N_reuse and D_R/D_T. What changes, and why:
+kept from the preset: its lag policy, N_reuse and D_R/D_T. What changes, and why:
 
 - small batches (D_R 2 groups of 4, or D_R/D_T groups when that is larger, D_T = D_R / (D_R/D_T))
   and 3 steps: 0.5B parameters on 2 CPU cores train a few thousand tokens a minute (an off-policy
