@@ -297,6 +297,16 @@ def test_the_floor_check_finds_an_upward_and_a_sideways_import(tmp_path: Path):
                                                "launch.ops.smoke -> launch.experiments.tool"]
 
 
+def test_the_project_and_the_benches_import_nothing_from_tests():
+    """tests/ imports the project and bench/ (the benches' helpers, which tests share, live in bench/);
+    nothing imports tests/ back."""
+    graph, _ = import_graph(REPO, EVERYTHING)
+    assert "bench.stub_members" in graph["tests.collective_members"] and "bench.weight_sync" in graph
+    found = sorted(f"{m} -> {t}" for m, targets in graph.items() if not _inside(m, "tests")
+                   for t in targets if _inside(t, "tests"))
+    assert not found, f"imports of tests/ from outside it: {found}"
+
+
 def test_no_cycle_between_packages():
     """Between folders too: a package importing a subpackage that imports it back is one knot to a reader
     (``actors`` <-> ``actors.transport`` was one: the transport's config now lives in the transport)."""
@@ -351,9 +361,9 @@ def test_no_test_module_imports_another():
 
 
 def test_unit_test_files_are_named_after_the_package_they_test():
-    """tests/unit/test_<package>_<module...>.py (this file, about every package, is the one exception); a
-    benchmark script's own logic: test_bench_<script>.py."""
+    """tests/unit/test_<package>_<module...>.py (this file and test_docs_paths.py, about every package, are the
+    exceptions); a benchmark script's own logic: test_bench_<script>.py."""
     names = sorted(p.stem for p in (REPO / "tests" / "unit").glob("test_*.py"))
     prefixes = tuple(f"test_{p}_" for p in ("bench", *PACKAGES))
-    stray = [n for n in names if n != "test_import_graph" and not n.startswith(prefixes)]
+    stray = [n for n in names if n not in ("test_import_graph", "test_docs_paths") and not n.startswith(prefixes)]
     assert len(names) > 40 and not stray, f"rename after the package they test: {stray}"
