@@ -185,7 +185,7 @@ def one_repeat(args, groups: list, payloads: list[bytes]) -> dict[str, tuple[flo
 def main() -> int:
     args = parse_args()
     from buffer.codec import encode_group
-    from tests.samples import make_group
+    from bench.synthetic import make_group
 
     token_sizes = [int(t) for t in args.tokens.split(",")]
     print(f"buffer throughput: windows of {args.window} groups x gs {args.group_size}, {args.windows} windows "

@@ -171,7 +171,7 @@ def _rx_device(args, rank: int) -> str:
 def measure_collective(params, args, ctx) -> tuple[list[float], int, list[float]]:
     from actors.transport.config import CollectiveConfig
     from actors.transport import make_transport
-    from tests.collective_members import member_main
+    from bench.stub_members import member_main
 
     cfg = CollectiveConfig(backend=args.backend, bucket_mb=args.bucket_mb or None, join_timeout_s=600,
                            collective_timeout_s=600)

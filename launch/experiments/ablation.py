@@ -3,9 +3,10 @@
     python -m launch.experiments.ablation --presets onpolicy offpolicy_reuse4 --tiny --steps 30 --out runs/ablation
     python -m launch.experiments.ablation --presets onpolicy cliphigh_0.28 --tiny --steps 30 --out runs/cliphigh -- --learner.lr 1e-4
 
-Each preset runs in this process through ``launch.cli.build_config`` + ``launch.run.driver.run`` (one
-local Ray shared by all runs, or the cluster in RAY_ADDRESS; every run starts and stops its own
-Redis, actors, reward workers and learner), as run ``<prefix>-<preset>`` under ``<out>/runs``.
+Each preset runs in this process (``launch.run.spec.run_here``: its RunSpec's config through
+``launch.run.driver.run``; one local Ray shared by all runs, or the cluster in RAY_ADDRESS; every run
+starts and stops its own Redis, actors, reward workers and learner), as run ``<prefix>-<preset>`` under
+``<out>/runs``.
 Overrides after ``--`` apply to every preset. Then ``launch.experiments.analysis.compare.write_compare`` draws
 ``<out>/compare.png`` (entropy/mean; reward/accuracy and the held-out eval avg@n (dashed) vs
 step; one colour per preset) and ``<out>/compare.csv`` (long format), and ``<out>/ablation.json``
@@ -23,13 +24,10 @@ import math
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
-
-def preset_argv(preset: str, *, tiny: bool, steps: int | None, run_dir: Path, run_id: str,
-                overrides: list[str]) -> list[str]:
-    return (["--preset", preset] + (["--tiny"] if tiny else []) + (["--steps", str(steps)] if steps else [])
-            + ["--run_dir", str(run_dir), "--run_id", run_id] + overrides)
+from launch.run.spec import RunSpec
 
 
 def _first_last(rows: list[dict], key: str) -> tuple[float | None, float | None]:
@@ -52,24 +50,20 @@ def summarize(preset: str, result) -> dict:
             "eval_steps": [e.get("step") for e in evals], "eval_avg@n": [e.get("eval/avg@n") for e in evals]}
 
 
-def fair_configs(presets: list[str], run_dir: Path, *, tiny: bool, steps: int | None, prefix: str,
-                 overrides: list[str]) -> tuple[list, float]:
-    """Every preset's config, resolved before any run (a bad preset or override fails first), with one
-    learning rate: an ablation holds all but the ablated factor equal, the learning rate included (the
+def fair_specs(presets: list[str], run_dir: Path, *, tiny: bool, steps: int | None, prefix: str,
+               overrides: list[str]) -> tuple[list[RunSpec], float]:
+    """Every preset's run, its config resolved before any run (a bad preset or override fails first), with
+    one learning rate: an ablation holds all but the ablated factor equal, the learning rate included (the
     paper keeps it fixed). The world's scaling may give each preset its own (the tiny world lowers it
     with the updates per step); every preset gets the smallest, and it is printed."""
-    from launch.run.compose import build_config
-
-    def resolve(extra: list[str]) -> list:
-        return [build_config(preset_argv(preset, tiny=tiny, steps=steps, run_dir=run_dir, run_id=f"{prefix}-{preset}",
-                                         overrides=overrides + extra), preset)[0] for preset in presets]
-
-    cfgs = resolve([])
-    lr = min(c.learner.lr for c in cfgs)
-    if len({c.learner.lr for c in cfgs}) > 1:
+    specs = [RunSpec(preset, tuple(overrides), world="tiny" if tiny else None, steps=steps or None,
+                     run_id=f"{prefix}-{preset}") for preset in presets]
+    lrs = [spec.config(run_dir).learner.lr for spec in specs]
+    lr = min(lrs)
+    if len(set(lrs)) > 1:
         print(f"[ablation] one learning rate for every preset: {lr:g} (the smallest their scaling gives)", flush=True)
-        cfgs = resolve(["--learner.lr", repr(lr)])
-    return cfgs, lr
+        specs = [replace(spec, overrides=(*spec.overrides, "--learner.lr", repr(lr))) for spec in specs]
+    return specs, lr
 
 
 def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, steps: int | None = None,
@@ -77,20 +71,23 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     """Run every preset, write compare.png / compare.csv / ablation.json under ``out``; returns the json."""
     out = Path(out)
     prefix = prefix or time.strftime("abl-%Y%m%d-%H%M%S")
-    cfgs, lr = fair_configs(presets, out / "runs", tiny=tiny, steps=steps, prefix=prefix, overrides=overrides or [])
+    runs = out / "runs"
+    specs, lr = fair_specs(presets, runs, tiny=tiny, steps=steps, prefix=prefix, overrides=overrides or [])
+    cfgs = [spec.config(runs) for spec in specs]
 
     import matplotlib
 
     matplotlib.use("Agg")
     from launch.experiments.analysis import compare
-    from launch.run.driver import init_ray, run
+    from launch.run.driver import init_ray
+    from launch.run.spec import run_here
 
     init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
     frames, report = {}, {"presets": presets, "out": str(out), "lr": lr, "runs": []}
-    for preset, cfg in zip(presets, cfgs):
+    for preset, spec, cfg in zip(presets, specs, cfgs):
         print(f"[ablation] === {preset}: {cfg.steps} steps, run {cfg.run_id} ===", flush=True)
         try:
-            result = run(cfg)
+            result = run_here(spec, runs)
         except Exception as exc:
             traceback.print_exc()
             report["runs"].append({"preset": preset, "run_id": cfg.run_id, "error": f"{type(exc).__name__}: {exc}"})
@@ -100,7 +97,7 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     png, csv = compare.write_compare(frames, out)
     report.update(png=str(png), csv=str(csv))
     report["tracking"] = compare.figures_to_trackers(cfgs[0].tracking, prefix, out, {"ablation": png},
-                                                     store_root=out / "runs", hparams={"presets": presets, "lr": lr})
+                                                     store_root=runs, hparams={"presets": presets, "lr": lr})
     (out / "ablation.json").write_text(json.dumps(report, indent=2, default=float))
     return report
 

@@ -57,3 +57,24 @@ class Evaluator:
                 "eval/n": self.n, "eval/problems": len(prompts), "eval/version_min": min(versions),
                 "eval/seconds": time.monotonic() - start,
                 **{f"eval/{src}/avg@n": r.avg_at_n for src, r in report.by_source.items()}}
+
+
+def servable(learner, buffer) -> bool:
+    """False while a resumed learner retrains steps its killed incarnation had already published:
+    those weights died with that job and the buffer's version never goes backwards, so actors
+    cannot serve this version and an evaluation of it would wait forever (it is skipped)."""
+    published = buffer.get_version()[0]
+    if learner.version < published:
+        print(f"[driver] evaluation at version {learner.version} skipped: replaying up to the published "
+              f"version {published} after a resume", flush=True)
+    return learner.version >= published
+
+
+def evaluation_row(evaluator: Evaluator, buffer, learner, max_tokens: int) -> dict:
+    """The learner's current version evaluated: the row (into the metrics stream) and its console line."""
+    step = learner.steps_done
+    row = {"step": step, "version": learner.version, **evaluator.evaluate(learner.version, step, max_tokens)}
+    buffer.write_metrics(row)
+    print(f"[eval] step {step} version {learner.version}: avg@{row['eval/n']} {row['eval/avg@n']:.3f} "
+          f"over {row['eval/problems']} problems ({row['eval/seconds']:.1f}s)", flush=True)
+    return row

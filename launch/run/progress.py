@@ -44,3 +44,9 @@ class StartupClock:
     def line(self) -> str:
         total = self._last - self._started
         return f"[driver] started in {total:.1f} s: " + ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items())
+
+
+def actors_tokens_per_s(buffer) -> float:
+    """The generation rate of all the run's actors together (their heartbeats in the buffer)."""
+    from buffer.monitor import Monitor
+    return sum(float(a.get("tokens_per_s", 0.0)) for a in Monitor(buffer.client, buffer.run_id).actors().values())

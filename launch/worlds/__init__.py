@@ -3,7 +3,8 @@
     cache.py       how a world is built once, atomically, into $LAGRL_CACHE and shared (World)
     scaling.py     the shared part of scaling a preset down: D_R/D_T, N_reuse and N_SGD kept, one CPU actor
     tokenizer.py   the worlds' one tokenizer trainer (a byte-level BPE with Qwen2's pre-tokenisation)
-    sft.py         the worlds' one supervised warm-up step loop (AdamW until a sampled check passes)
+    warmup_loop.py the worlds' one supervised warm-up loop (AdamW until a sampled check passes; not the
+                   recipes' SFT stage, launch.recipes.sft)
     sampling.py    sampling a policy as the actors do, with per-token entropy (reasoning, routes)
     tiny/          arithmetic with 7-token answers: the demo and most tests (``--tiny``)
     reasoning/     written-out running sums, 13-159 tokens: budgets, truncation and shaping bite (``--reasoning``)

@@ -8,7 +8,8 @@ from buffer import BufferConfig, RunBuffer
 from buffer.audit import audit
 from buffer.codec import encode_group, encode_prompt
 from buffer.keys import PAYLOAD
-from tests.samples import make_group, make_prompt, tamper
+from bench.synthetic import make_group, make_prompt
+from tests.samples import tamper
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 
 from buffer import BufferConfig, RunBuffer
 from buffer.monitor import Monitor, list_runs
-from tests.samples import make_group
+from bench.synthetic import make_group
 
 pytestmark = pytest.mark.integration
 

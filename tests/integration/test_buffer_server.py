@@ -20,7 +20,7 @@ from redis.retry import Retry
 
 from buffer import BufferConfig, RunBuffer, connect, open_buffer_server
 from buffer.server import REDIS_JSON, EmbeddedRedis, find_redis_server
-from tests.samples import make_group, make_prompt
+from bench.synthetic import make_group, make_prompt
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_stop_is_clean_and_restart_reuses_port_and_password(own_redis):
 DRIVER = textwrap.dedent("""
     import sys, time
     from buffer import EmbeddedRedis, RunBuffer
-    from tests.samples import make_prompt
+    from bench.synthetic import make_prompt
     server = EmbeddedRedis.attach_or_start(sys.argv[1])
     buf = RunBuffer.from_url(server.url, "crash")
     buf.put_prompts([make_prompt(f"p{i}") for i in range(5)])

@@ -17,7 +17,8 @@ import pytest
 from buffer import BackpressureTimeout, BufferConfig, RunBuffer
 from buffer.codec import encode_group, encode_prompt, pack_logprobs
 from buffer.keys import FRESH, PAYLOAD
-from tests.samples import make_group, make_prompt, tamper, tamper_response
+from bench.synthetic import make_group, make_prompt
+from tests.samples import tamper, tamper_response
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -154,7 +154,8 @@ class RaisingRewardPool(RewardPool):
 def _bad_groups(max_bytes: int) -> dict[str, bytes]:
     """Payloads XADDed by hand to `groups`, by the dead-letter reason each must get."""
     from buffer.codec import encode_group
-    from tests.samples import make_group, tamper, tamper_response
+    from bench.synthetic import make_group
+    from tests.samples import tamper, tamper_response
 
     good = encode_group(make_group("fault-good", n=4, tokens=8))
     nan = np.full(8, np.nan, dtype="<f4")

@@ -11,7 +11,7 @@ from buffer.versions import StepClock
 from launch.run.data import PromptRenderer
 from launch.run.feeder import PromptFeeder
 from rewards.problems import Problem
-from tests.samples import make_group
+from bench.synthetic import make_group
 
 pytestmark = pytest.mark.integration
 D_R = 8

@@ -122,7 +122,7 @@ def test_monitor_notebook_synthetic_run(tmp_path: Path, tiny_world, kernel_env: 
 
 def test_monitor_notebook_bare_run(tmp_path: Path, kernel_env: str):
     """A run that has logged almost nothing, with a tokenizer path from another machine: no crash."""
-    from tests.samples import make_group
+    from bench.synthetic import make_group
 
     with EmbeddedRedis(tmp_path / "run", appendfsync="no") as server:
         with RunBuffer.from_url(server.url, RUN_ID) as buf:

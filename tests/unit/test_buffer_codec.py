@@ -17,7 +17,8 @@ from buffer.codec import (
     pack_tokens,
 )
 from buffer.messages import InvalidMessage
-from tests.samples import encode_group_v1, make_group, make_prompt, tamper, tamper_response
+from bench.synthetic import make_group, make_prompt
+from tests.samples import encode_group_v1, tamper, tamper_response
 
 
 def test_group_round_trip_is_bit_exact():

@@ -10,7 +10,7 @@ from buffer.config import BufferConfig
 from buffer.keys import RunKeys, run_id_of
 from buffer.scripts import id_key, id_score
 from buffer.versions import StepClock, fixed_lag_required, group_lags, lag_histogram
-from tests.samples import make_group
+from bench.synthetic import make_group
 
 
 def test_strict_on_policy_needs_exactly_the_steps_version():

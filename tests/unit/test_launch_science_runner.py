@@ -24,7 +24,8 @@ def test_start_split_measured_once_per_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(routes_build, "ensure_routes_world", lambda log=None: SimpleNamespace(model_dir=start_model))
     measured = []
 
-    def fake_split(models, seed, out):
+    def fake_split(world, models, seed, out):
+        assert world == "routes"
         measured.append((models[0].name if models[0] == start_model else "final", seed))
         out.write_text(json.dumps({"seed": seed, "temperature": 1.0, "models": [str(m) for m in models],
                                    "splits": [{"model": str(m)} for m in models]}))

@@ -218,7 +218,7 @@ def test_decision_entropy_ratio_by_hand():
 def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
     from launch.experiments.science.__main__ import fair_overrides
     from launch.experiments.science.findings import finding
-    from launch.experiments.science.runner import spec_for
+    from launch.experiments.science.runner import spec_for, splits_entropy
 
     reuse, temperature = finding("reuse"), finding("temperature")
     fair = fair_overrides([reuse, temperature], "routes", 20)
@@ -227,8 +227,8 @@ def test_the_reuse_finding_keeps_its_final_weights_in_the_routes_world_only():
     assert "--learner.checkpoint_every" not in fair_overrides([reuse], "tiny", 20)["reuse"]
     assert "--learner.checkpoint_every" not in fair_overrides([reuse], None, 20)["reuse"]    # its own: slips
     f = replace(reuse, overrides=fair["reuse"])
-    assert spec_for(f, f.arms[1], 0, 20, "routes").splits_entropy
-    assert not spec_for(f, f.arms[1], 0, 20, "tiny").splits_entropy
+    assert splits_entropy(spec_for(f, f.arms[1], 0, 20, "routes"))
+    assert not splits_entropy(spec_for(f, f.arms[1], 0, 20, "tiny"))
 
 
 def test_a_seed_estimate_only_where_the_half_width_target_means_something():

@@ -10,7 +10,7 @@ from buffer.codec import decode_group, encode_group
 from buffer.keys import entry_time
 from buffer.messages import InvalidMessage
 from learner.step_path import CHAIN, StepTimes, group_hops, hop_shares, path_metrics
-from tests.samples import make_group
+from bench.synthetic import make_group
 
 # two groups of one step (unix seconds); the version's publish started at 100.0 and landed at 100.5
 G1 = {"issued": 99.0, "taken": 100.6, "loaded": 100.7, "started": 100.8, "generated": 101.5, "scored": 101.6}

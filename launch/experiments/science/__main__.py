@@ -21,18 +21,20 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from launch.experiments.science.findings import FINDINGS, Finding, finding
+from launch.experiments.science.findings import FINDINGS, Finding, finding, science_worlds
 
 
 def fair_overrides(findings: list[Finding], world: str | None, steps: int) -> dict[str, tuple[str, ...]]:
-    """finding key -> overrides every arm gets: the comparison's one learning rate."""
-    from launch.experiments.science.runner import config_of, spec_for
+    """finding key -> overrides every arm gets: the comparison's one learning rate (and, for a finding with
+    ``final_model`` in a world with an entropy split, a checkpoint at its last step)."""
+    from launch.experiments.science.runner import config_of, entropy_split_of, spec_for
 
     out = {}
     for f in findings:
         lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
         last = str(f.steps_for(steps))
-        keep = ("--learner.checkpoint_every", last) if f.final_model and (world or f.world) == "routes" else ()
+        split = f.final_model and entropy_split_of(world or f.world) is not None
+        keep = ("--learner.checkpoint_every", last) if split else ()
         out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), *keep)
     return out
 
@@ -51,7 +53,8 @@ def parse_seeds(values: list[str], keys: list[str]) -> tuple[int, dict[str, int]
     return default, per
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line; ``--world`` offers the registry's science worlds (launch.config.worlds)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--findings", nargs="+", default=["all"], help=f"{[f.key for f in FINDINGS]} or all")
     ap.add_argument("--seeds", nargs="+", default=["3"], help="seeds per arm (>= 2 for a verdict; 3 by default), "
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                     "runs side by side, a 20-step slips run takes 130-240 s, a 40-step reuse-4 run ~9.5 min: "
                     "the reuse finding alone with 8 seeds 31 min, the lag finding with 5 seeds 38 min; every "
                     "finding ('--seeds 5 reuse=8 multistage=3 truncation_mask=3') 4 h 7 min, at 3 seeds 2 h 42 min")
-    ap.add_argument("--world", choices=("tiny", "reasoning", "routes", "slips"), default=None,
+    ap.add_argument("--world", choices=science_worlds(), default=None,
                     help="run every finding in this world (default: each finding's own)")
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
     ap.add_argument("--out", type=Path, default=Path("runs/science"))
@@ -70,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                     "where one run keeps about one core busy; 1 with --full)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every arm, e.g. data.eval_max_problems=64 (repeatable)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     from launch.config.install_check import require_own_packages
 
     require_own_packages()

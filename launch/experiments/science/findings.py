@@ -13,6 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from launch.config.worlds import WORLDS
+
+
+def science_worlds() -> tuple[str, ...]:
+    """The worlds a finding may run in: the registry's entries with ``science=True`` (launch.config.worlds)."""
+    return tuple(name for name, world in WORLDS.items() if world.science)
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -55,14 +62,20 @@ class Finding:
     key: str
     title: str
     source: str
-    world: Literal["tiny", "reasoning", "routes", "slips"]
+    world: str                               # its own world: one of science_worlds()
     arms: tuple[Arm, ...]
     checks: tuple[Check | SlopeCheck, ...]
     overrides: tuple[str, ...] = ()          # for every arm: lr, steps budget, eval
     notes: str = ""
     gpu: dict[str, str] = field(default_factory=dict)   # arm -> paper-scale preset
-    final_model: bool = False                # its routes runs keep their final weights and split their entropy
+    final_model: bool = False                # in a world with an entropy_split its runs keep their final weights
+                                             # and split their entropy (launch.config.worlds.WorldEntry)
     min_steps: int = 0                       # runs at least this long whatever --steps says: its effect needs them
+
+    def __post_init__(self):
+        if self.world not in science_worlds():
+            raise ValueError(f"finding {self.key!r}: world {self.world!r} is not a science world; "
+                             f"choose from {science_worlds()} (science=True in launch.config.worlds)")
 
     def steps_for(self, asked: int) -> int:
         """The learner steps its runs take when ``--steps asked`` is given."""

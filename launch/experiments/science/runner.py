@@ -1,17 +1,18 @@
 """Run every arm of the chosen findings with several seeds, one real run each, resumable.
 
-Each run is the ordinary entry script (``launch/ablate.py``: Ray, vLLM, Redis and DeepSpeed as in
-any run) in a process of its own, writing to ``<out>/runs/<run key>`` and its console to
-``<out>/runs/<run key>.log``; ``jobs`` of them at a time. On 2 cores two runs side by side take
-little longer than one: a strict on-policy step alternates generation and training, so one run
+Each run is a process of its own (``launch.run.spec.run_process``: the ordinary entry script,
+``launch/ablate.py``, with Ray, vLLM, Redis and DeepSpeed as in any run), writing to ``<out>/runs/<run key>``
+and its console to ``<out>/runs/<run key>.log``; ``jobs`` of them at a time. On 2 cores two runs side by
+side take little longer than one: a strict on-policy step alternates generation and training, so one run
 keeps about one core busy. Arms whose resolved configs are identical (the baseline under the names
 ``reuse1_dr64_dt64``, ``temp_1``, ``entropy_adaptive``) run once per seed and serve every finding
 that names them. A run whose ``summary.json`` exists is done and is not run again, so an
 interrupted report continues where it stopped; a run that fails is recorded with its error and
-the log's tail, and the others go on. A routes run that keeps its final weights (a finding with
-``final_model``) is followed by the split of its entropy by grammar part, at the start and the end
-(``launch.worlds.routes.entropy_sources``, ~20 s a model; the start once per seed), which the
-decision-entropy checks read.
+the log's tail, and the others go on. A run that keeps its final weights (a finding with
+``final_model``) in a world that can split its entropy by the part of its grammar
+(``entropy_split`` in ``launch.config.worlds``: the routes world, ``launch.worlds.routes.entropy_sources``)
+is followed by that split at the start and the end (~20 s a model; the start once per seed), which
+the decision-entropy checks read.
 """
 
 from __future__ import annotations
@@ -23,39 +24,24 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from pathlib import Path
 
+from launch.config.refs import load
+from launch.config.worlds import WORLDS
 from launch.experiments.science.findings import Arm, Finding
+from launch.run.spec import RunSpec, run_process
 
-ENTRY = Path(__file__).resolve().parents[2] / "ablate.py"
+
+def entropy_split_of(world: str | None) -> str | None:
+    """The module that splits a policy's entropy by grammar part in ``world`` (its registry entry's
+    ``entropy_split``), or None."""
+    return None if world is None else WORLDS[world].entropy_split
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One run: a preset, its overrides, the world and the seed; ``argv`` is the CLI that makes its config."""
-
-    preset: str
-    overrides: tuple[str, ...]
-    world: str | None          # "tiny", "reasoning", None = the paper-scale preset as is (--full)
-    seed: int
-    steps: int
-
-    @property
-    def splits_entropy(self) -> bool:
-        """A routes run that keeps its final weights: where its entropy sits is measured after it (the
-        start and the end, ``ENTROPY_SOURCES``), for the checks on decision entropy."""
-        return self.world == "routes" and "--learner.checkpoint_every" in self.overrides
-
-    @property
-    def key(self) -> str:
-        text = json.dumps([self.preset, self.overrides, self.world, self.seed, self.steps])
-        return f"{self.preset}-s{self.seed}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-
-    def argv(self, run_dir: Path) -> list[str]:
-        world = [] if self.world is None else [f"--{self.world}"]       # --tiny / --reasoning
-        return ["--preset", self.preset, *world, "--seed", str(self.seed), "--steps", str(self.steps),
-                "--run_dir", str(run_dir), "--run_id", self.key, *self.overrides]
+def splits_entropy(spec: RunSpec) -> bool:
+    """A run that keeps its final weights in a world with an entropy split: where its entropy sits is
+    measured after it (the start and the end, ``ENTROPY_SOURCES``), for the checks on decision entropy."""
+    return entropy_split_of(spec.world) is not None and "--learner.checkpoint_every" in spec.overrides
 
 
 def spec_for(finding: Finding, arm: Arm, seed: int, steps: int, world: str | None) -> RunSpec:
@@ -63,10 +49,7 @@ def spec_for(finding: Finding, arm: Arm, seed: int, steps: int, world: str | Non
 
 
 def config_of(spec: RunSpec):
-    from launch.run.compose import build_config
-
-    cfg, _ = build_config(spec.argv(Path("unused")), default_preset=spec.preset)
-    return cfg
+    return spec.config(Path("unused"))
 
 
 def one_run_per_config(specs: dict) -> dict:
@@ -96,12 +79,13 @@ def read_rows(run_path: Path) -> list[dict]:
     return rows
 
 
-def _entropy_split(models: list[Path], seed: int, out: Path) -> str | None:
-    """``launch.worlds.routes.entropy_sources`` of ``models`` into ``out`` (written whole or not at all)."""
+def _entropy_split(world: str, models: list[Path], seed: int, out: Path) -> str | None:
+    """The world's entropy split (``python -m <entropy_split> --world ... --model ...``) of ``models`` into
+    ``out`` (written whole or not at all)."""
     tmp = out.with_suffix(f".tmp{os.getpid()}")
     argv = [a for m in models for a in ("--model", str(m))]
-    proc = subprocess.run([sys.executable, "-m", "launch.worlds.routes.entropy_sources", *argv, "--seed", str(seed),
-                           "--json", str(tmp)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", entropy_split_of(world), "--world", world, *argv,
+                           "--seed", str(seed), "--json", str(tmp)], capture_output=True, text=True)
     if proc.returncode != 0:
         return f"entropy split of {models[-1]}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
     tmp.replace(out)
@@ -109,22 +93,20 @@ def _entropy_split(models: list[Path], seed: int, out: Path) -> str | None:
 
 
 def split_entropy(spec: RunSpec, run_path: Path) -> str | None:
-    """Measure where the entropy of the routes world's warmed-up policy and of the run's final weights
-    sits (``launch.worlds.routes.entropy_sources``, sampled with the run's seed); None, or the error.
-    The warmed-up policy's split is the same for every run of a seed: measured once per seed and world,
-    kept beside the runs (``entropy-start-s<seed>-<world>.json``)."""
-    from launch.worlds.routes.build import ensure_routes_world
-
+    """Measure where the entropy of the world's warmed-up policy and of the run's final weights sits (the
+    world's ``entropy_split``, sampled with the run's seed); None, or the error. The warmed-up policy's
+    split is the same for every run of a seed: measured once per seed and world, kept beside the runs
+    (``entropy-start-s<seed>-<world>.json``)."""
     ckpt = run_path / "checkpoints"
     if not (ckpt / "latest").exists():
         return f"{run_path}: no checkpoint (the run must keep its final weights: --learner.checkpoint_every)"
     final = ckpt / (ckpt / "latest").read_text().strip() / "hf"
-    start = ensure_routes_world(log=lambda *_: None).model_dir
+    start = load(WORLDS[spec.world].build)(log=lambda *_: None).model_dir
     world = hashlib.sha256(str(start.resolve()).encode()).hexdigest()[:8]
     start_path = run_path.parent / f"entropy-start-s{spec.seed}-{world}.json"
     final_path = run_path / "entropy_final.json"
     for models, out in (([start], start_path), ([final], final_path)):
-        if not out.exists() and (error := _entropy_split(models, spec.seed, out)):
+        if not out.exists() and (error := _entropy_split(spec.world, models, spec.seed, out)):
             return error
     first, last = (json.loads(p.read_text()) for p in (start_path, final_path))
     (run_path / ENTROPY_SOURCES).write_text(json.dumps(
@@ -137,13 +119,11 @@ def _run_one(spec: RunSpec, runs_dir: Path) -> dict:
     path, log_path = runs_dir / spec.key, runs_dir / f"{spec.key}.log"
     runs_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with open(log_path, "w") as log:
-        rc = subprocess.run([sys.executable, str(ENTRY), *spec.argv(runs_dir)], stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
+    rc = run_process(spec, runs_dir, log=log_path)
     seconds = time.monotonic() - t0
     if rc == 0 and (path / "summary.json").exists():
         return {"path": str(path), "seconds": seconds,
-                "error": split_entropy(spec, path) if spec.splits_entropy else None}
+                "error": split_entropy(spec, path) if splits_entropy(spec) else None}
     tail = log_path.read_text(errors="replace")[-2000:]
     return {"path": str(path), "seconds": seconds, "error": f"exit {rc}; {log_path}:\n{tail}"}
 
@@ -155,7 +135,7 @@ def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
     for spec in dict.fromkeys(specs):
         path = runs_dir / spec.key
         if (path / "summary.json").exists():
-            error = (split_entropy(spec, path) if spec.splits_entropy and not (path / ENTROPY_SOURCES).exists()
+            error = (split_entropy(spec, path) if splits_entropy(spec) and not (path / ENTROPY_SOURCES).exists()
                      else None)      # a run done before its split was measured, or whose split failed
             results[spec.key] = {"path": str(path), "error": error,
                                  "seconds": json.loads((path / "summary.json").read_text())["seconds"]}

@@ -29,6 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launch.run.spec import RunSpec, run_process
+
 REPO = Path(__file__).resolve().parents[3]
 TINY_SFT_ARGS = "--epochs 3 --batch_size 32 --lr 3e-4"     # Sky-T1's 3 epochs: 16 updates each on 512 traces
 TINY_SFT_EXAMPLES = 512
@@ -75,10 +77,14 @@ def _eval_figures(row: dict) -> dict:
     return {k: v for k, v in row.items() if k.startswith("eval/pass@") or k in ("eval/avg@n", "step")}
 
 
-def _run(cmd: list[str]) -> None:
+def _echo(cmd: list[str]) -> None:
     from launch.config.redact import redact      # --rl_args may carry --buffer.redis_url with its password
 
     print(f"[pipeline] {shlex.join(redact(cmd))}", flush=True)
+
+
+def _run(cmd: list[str]) -> None:
+    _echo(cmd)
     subprocess.run(cmd, check=True, cwd=REPO)
 
 
@@ -95,9 +101,12 @@ def rl_stage(preset: str, model_dir: str, out: Path, run_id: str, tiny: bool, ex
     run_path = out / run_id
     done = (run_path / "summary.json").exists() and \
         json.loads((run_path / "summary.json").read_text())["stop_reason"] == "completed"
-    if not done:
-        _run([sys.executable, str(REPO / "launch" / "ablate.py"), "--preset", preset, *(["--tiny"] if tiny else []),
-              "--data.model_dir", model_dir, "--run_dir", str(out), "--run_id", run_id, *shlex.split(extra)])
+    if not done:       # the ordinary entry script, as a process of its own (launch.run.spec)
+        spec = RunSpec(preset, ("--data.model_dir", model_dir, *shlex.split(extra)), world="tiny" if tiny else None,
+                       run_id=run_id)
+        _echo(spec.command(out))
+        if rc := run_process(spec, out, cwd=REPO):
+            raise subprocess.CalledProcessError(rc, spec.command(out))
     return rl_stage_record(run_path)
 
 

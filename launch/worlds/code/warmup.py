@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from launch.worlds.code import RESPONSE_BUDGET
 from launch.worlds.code.task import Item
-from launch.worlds.sft import encode_sft, sft_steps
+from launch.worlds.warmup_loop import teacher_forced_batch, train_until_check
 
 _BOXED = re.compile(r"\\boxed\{(-?\d+)\}")
 _BLOCK = re.compile(r"```python\n(.*?)\n```", re.S)
@@ -51,7 +51,7 @@ def encode(tok: PreTrainedTokenizerFast, items: list[Item]) -> dict[str, tuple[l
 def _batch(tok: PreTrainedTokenizerFast, items: list[Item],
            encoded: dict[str, tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
     """Right-padded prompt + solution + EOS, labels on the response tokens only."""
-    return encode_sft(tok, [encoded[item.id] for item in items])
+    return teacher_forced_batch(tok, [encoded[item.id] for item in items])
 
 
 def exact_match(text: str, item: Item) -> bool:
@@ -105,5 +105,6 @@ def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, pool: list[It
             f"code {acc[1]:.3f}  ({time.monotonic() - start:.0f}s)")
         return min(acc) >= target_accuracy
 
-    step = sft_steps(model, next_batch, check, seed=seed, lr=lr, max_steps=max_steps, check_every=eval_every)
+    step = train_until_check(model, next_batch, check, seed=seed, lr=lr, max_steps=max_steps,
+                             check_every=eval_every)
     return WarmupResult(steps=step, math_accuracy=acc[0], code_accuracy=acc[1], seconds=time.monotonic() - start)

@@ -14,7 +14,7 @@ to finish correctly than others, so the SFT warm-up leaves a spread-out policy (
                  grammar by a teacher that slips after its rarer separators and check words)
 
 The policy is the reasoning world's 4-layer Qwen2 (launch.worlds.reasoning.model), its tokenizer the
-worlds' BPE (launch.worlds.tokenizer), its warm-up the worlds' SFT loop (launch.worlds.sft).
+worlds' BPE (launch.worlds.tokenizer), its warm-up the worlds' shared loop (launch.worlds.warmup_loop).
 
 Constants the pieces share:
 

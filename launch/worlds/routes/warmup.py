@@ -5,7 +5,7 @@ the model learns the spread of routes, not one trace per problem. Training stops
 sampled check whose accuracy at τ=1 reaches `target_accuracy` (or after `max_steps`), which keeps
 the build deterministic for a seed: RL then starts from a policy that is right some of the time
 (DESIGN.md §9: 20-50%) and still spread over its routes. The step loop is the worlds' shared one
-(launch.worlds.sft).
+(launch.worlds.warmup_loop).
 
 Small batches (8 problems), lr 2e-3 decaying linearly to `lr_final` x 2e-3 at `max_steps` (after a
 20-step warm-up), all measured on 2 cores: the step cost scales with the batch, and in
@@ -28,7 +28,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
 from launch.worlds.routes.sampling import sample_stats
 from launch.worlds.routes.task import ROUTES_TEACHER, SumProblem, Teacher, sample_trace
-from launch.worlds.sft import encode_sft, sft_steps
+from launch.worlds.warmup_loop import teacher_forced_batch, train_until_check
 
 
 @dataclass
@@ -42,8 +42,8 @@ class WarmupResult:
 
 def encode_batch(tok: PreTrainedTokenizerFast, prompts: list[str], responses: list[str]) -> dict[str, torch.Tensor]:
     """Right-padded prompt+response+EOS with labels only on the response tokens (EOS included)."""
-    return encode_sft(tok, [(tok(p)["input_ids"], tok(r)["input_ids"] + [tok.eos_token_id])
-                            for p, r in zip(prompts, responses)])
+    return teacher_forced_batch(tok, [(tok(p)["input_ids"], tok(r)["input_ids"] + [tok.eos_token_id])
+                                      for p, r in zip(prompts, responses)])
 
 
 def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[SumProblem],
@@ -70,8 +70,8 @@ def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[S
             f"entropy {stats.mean_entropy:.3f}  mean len {stats.mean_length:.0f}  ({time.monotonic() - start:.0f}s)")
         return target_accuracy is not None and stats.accuracy >= target_accuracy
 
-    step = sft_steps(model, next_batch, check, seed=seed, lr=lr, max_steps=max_steps, check_every=check_every,
-                     first_check=first_check, betas=(0.9, 0.98),
-                     lr_factor=lambda s: min(1.0, s / lr_warmup) * (1 - (1 - lr_final) * s / max_steps))
+    step = train_until_check(model, next_batch, check, seed=seed, lr=lr, max_steps=max_steps, check_every=check_every,
+                             first_check=first_check, betas=(0.9, 0.98),
+                             lr_factor=lambda s: min(1.0, s / lr_warmup) * (1 - (1 - lr_final) * s / max_steps))
     return WarmupResult(steps=step, accuracy=last["accuracy"], seconds=round(time.monotonic() - start, 1),
                         loss=round(last["loss"], 4), checks=checks)

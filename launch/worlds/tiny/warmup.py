@@ -16,7 +16,7 @@ import torch
 from math_verify import parse, verify
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from launch.worlds.sft import encode_sft, sft_steps
+from launch.worlds.warmup_loop import teacher_forced_batch, train_until_check
 from launch.worlds.tiny.task import Problem
 
 
@@ -29,8 +29,8 @@ class WarmupResult:
 
 def _batch(tok: PreTrainedTokenizerFast, problems: list[Problem]) -> dict[str, torch.Tensor]:
     """Right-padded prompt+solution+EOS with labels only on the response tokens."""
-    return encode_sft(tok, [(tok(p.prompt)["input_ids"], tok(p.solution)["input_ids"] + [tok.eos_token_id])
-                            for p in problems])
+    return teacher_forced_batch(tok, [(tok(p.prompt)["input_ids"], tok(p.solution)["input_ids"] + [tok.eos_token_id])
+                                      for p in problems])
 
 
 def answer_correct(text: str, gold: str) -> bool:
@@ -64,7 +64,8 @@ def sampled_accuracy(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, prob
 def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[Problem],
             val: list[Problem], *, seed: int, target_accuracy: float = 0.2, max_steps: int = 1500,
             eval_every: int = 50, batch_size: int = 64, lr: float = 1e-3, log=print) -> WarmupResult:
-    """Train on the solutions until sampled validation accuracy reaches ``target_accuracy`` (launch.worlds.sft)."""
+    """Train on the solutions until sampled validation accuracy reaches ``target_accuracy``
+    (launch.worlds.warmup_loop)."""
     rng = random.Random(seed)
     start, acc = time.monotonic(), 0.0
 
@@ -74,6 +75,6 @@ def warm_up(model: Qwen2ForCausalLM, tok: PreTrainedTokenizerFast, train: list[P
         log(f"[tiny] warm-up step {step:5d}  loss {loss:.3f}  val acc@τ=1 {acc:.3f}  ({time.monotonic() - start:.0f}s)")
         return acc >= target_accuracy
 
-    step = sft_steps(model, lambda _: _batch(tok, rng.sample(train, batch_size)), check, seed=seed, lr=lr,
-                     max_steps=max_steps, check_every=eval_every)
+    step = train_until_check(model, lambda _: _batch(tok, rng.sample(train, batch_size)), check, seed=seed, lr=lr,
+                             max_steps=max_steps, check_every=eval_every)
     return WarmupResult(steps=step, accuracy=acc, seconds=time.monotonic() - start)

@@ -1,11 +1,16 @@
-"""The one supervised warm-up step loop of the CPU worlds: AdamW on the teacher-forced loss until a
-sampled check says the policy is good enough (or a step budget runs out).
+"""The CPU worlds' warm-up loop: AdamW on the teacher-forced loss until a sampled check says the policy is
+good enough (or a step budget runs out).
 
 Each world decides what a batch is (``next_batch``) and what "good enough" means (``check``); the loop
 is the part they share: AdamW (no weight decay) seeded once, an optional per-step learning-rate factor,
 gradients clipped at norm 1, a check every ``check_every`` steps and at the last step. Stopping at the
 first check that passes keeps a build deterministic for a seed: RL needs a base policy that is right
 only some of the time (DESIGN.md §9).
+
+Not the recipes' SFT stage (``launch.recipes.sft``: a JSONL dataset for a fixed number of epochs through
+DeepSpeed, one process per rank, written out as a model directory). This loop is in-process, on the
+world's own batches, and stops on a check rather than an epoch count; a world's build runs it on 2 CPU
+cores, and its result must be byte-identical for a seed (the world's manifest hashes the weights).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import torch
 from transformers import PreTrainedTokenizerBase, PreTrainedModel
 
 
-def encode_sft(tok: PreTrainedTokenizerBase, pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
+def teacher_forced_batch(tok: PreTrainedTokenizerBase,
+                         pairs: list[tuple[list[int], list[int]]]) -> dict[str, torch.Tensor]:
     """Right-padded prompt + response token ids, labels only on the response (whose ids end with EOS)."""
     ids = [p + r for p, r in pairs]
     labels = [[-100] * len(p) + r for p, r in pairs]
@@ -26,7 +32,7 @@ def encode_sft(tok: PreTrainedTokenizerBase, pairs: list[tuple[list[int], list[i
             "labels": torch.tensor([y + [-100] * (width - len(y)) for y in labels])}
 
 
-def sft_steps(model: PreTrainedModel, next_batch: Callable[[int], dict[str, torch.Tensor]],
+def train_until_check(model: PreTrainedModel, next_batch: Callable[[int], dict[str, torch.Tensor]],
               check: Callable[[int, float], bool], *, seed: int, lr: float, max_steps: int, check_every: int,
               betas: tuple[float, float] = (0.9, 0.999), lr_factor: Callable[[int], float] | None = None,
               first_check: int = 0) -> int:
