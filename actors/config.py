@@ -12,7 +12,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from actors.cluster.placement import CustomResources
+from actors.transport import registry
 from actors.transport.config import CollectiveConfig
+from actors.transport.registry import TransportKind
+
+
+def _transport_help() -> str:
+    kinds = "; ".join(f"'{name}'" + "".join(f" (or '{a}')" for a in e.aliases) + f": {e.help}"
+                      for name, e in registry.TRANSPORTS.items())
+    return (f"How new weights reach the engines (actors.transport.registry): {kinds}. 'auto': the driver picks "
+            "from the placement by the transports' capabilities and says why (launch.config.layout; today ray on "
+            "CPU, collective over gloo when the learner and engines share a GPU, collective over NCCL on separate "
+            "GPUs, ray for a fixed lag).")
 
 
 class ActorConfig(BaseModel):
@@ -22,7 +33,7 @@ class ActorConfig(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling; keep 1.0 for unbiased behaviour log-probs.")
     max_model_len: int = Field(32768, ge=16, description="vLLM context length (prompt + response).")
     max_prompts_in_flight: int = Field(64, ge=1, description="Prompts an actor keeps in its engine at once (continuous batching).")
-    weight_transport: Literal["auto", "ray", "collective"] = Field("auto", description="Ray object store (CPU, multi-node, small models) or a collective broadcast from learner rank 0 into every engine (NCCL on GPU, gloo on CPU); 'nccl' is accepted for collective. 'auto': the driver picks from the placement and says why (launch.config.layout): ray on CPU, collective over gloo when the learner and engines share a GPU, collective over NCCL on separate GPUs.")
+    weight_transport: TransportKind = Field("auto", description=_transport_help())
     collective: CollectiveConfig = Field(default_factory=CollectiveConfig, description="Settings of the collective weight transport.")
     num_gpus: float = Field(0.0, ge=0.0, description="GPUs per actor (0 on CPU); tensor_parallel_size GPUs are needed per engine. Below 1 the engine may share its GPU with the learner or other engines (tensor_parallel_size 1 only); its gpu_memory_utilization must then fit in that share.")
     num_cpus: float = Field(1.0, gt=0.0, description="CPUs Ray reserves per actor.")
@@ -37,10 +48,14 @@ class ActorConfig(BaseModel):
     heartbeat_s: float = Field(2.0, gt=0.0, description="Seconds between heartbeats in the buffer's actors hash.")
     idle_poll_ms: int = Field(200, ge=1, description="How long an idle actor blocks on the prompts stream per poll.")
 
-    @field_validator("weight_transport", mode="before")
+    @field_validator("weight_transport", mode="plain")
     @classmethod
-    def _alias(cls, value):
-        return "collective" if value == "nccl" else value
+    def _registered(cls, value):
+        """The registry decides (aliases resolved, an unknown name refused naming the known ones), so a
+        transport registered after import is accepted too; the Literal above documents the choices."""
+        if not isinstance(value, str):
+            raise ValueError(f"weight_transport must be a string: one of {registry.known()}")
+        return registry.canonical(value, allow_auto=True)
 
     @model_validator(mode="after")
     def _gpu_share(self) -> ActorConfig:
@@ -56,11 +71,12 @@ class ActorConfig(BaseModel):
 
     def transport_or_default(self) -> ActorConfig:
         """This config with weight_transport 'auto' made concrete where no placement is known (an
-        actor built without the driver): the object store, which works for every placement. The
-        driver resolves 'auto' from the placement first (launch.config.layout)."""
+        actor built without the driver): ``registry.auto_kind`` without a placement (the object store).
+        The driver resolves 'auto' from the placement first (launch.config.layout)."""
         if self.weight_transport != "auto":
             return self
-        return self.model_copy(update={"weight_transport": "ray"})
+        return self.model_copy(update={"weight_transport": registry.auto_kind(None)})
+
     # --- placement on a cluster (actors.cluster.placement) ---
     resources: CustomResources = Field(
         default_factory=dict, description="Custom Ray resources each actor needs, e.g. {\"gen\": 1}: actors "
@@ -84,7 +100,7 @@ def gpu_share_problems(cfg: ActorConfig) -> list[str]:
         problems.append(f"gpu_memory_utilization={cfg.gpu_memory_utilization:g} exceeds the engine's GPU share "
                         f"num_gpus={cfg.num_gpus:g}: engines and the learner packed on one GPU would ask for more "
                         f"than its memory; set --actors.gpu_memory_utilization {cfg.num_gpus:g} or less")
-    if cfg.weight_transport == "collective" and cfg.collective.backend == "nccl":
+    if registry.backend_asked(cfg) == "nccl":
         problems.append(f"num_gpus={cfg.num_gpus:g} with collective.backend=nccl: an engine on a shared GPU would "
                         "put two NCCL ranks on one GPU, which NCCL refuses; use --actors.collective.backend gloo "
                         "(or auto), or --actors.num_gpus 1")

@@ -128,6 +128,17 @@ def _gpu_total_bytes() -> int | None:
         return None
 
 
+def shutdown_engine(engine, engine_lock: threading.RLock, who: str) -> None:
+    """An actor's last act: shut its engine down cleanly, so an out-of-process engine core and its workers
+    exit now and remove their shared-memory queues (Ray kills what an actor leaves running when it is
+    killed, and a killed engine leaves them in /dev/shm). A failure is printed, not raised."""
+    try:
+        with engine_lock:
+            engine.engine_core.shutdown()
+    except Exception as exc:
+        print(f"[lagrl] {who}: engine shutdown failed: {type(exc).__name__}: {exc}", flush=True)
+
+
 def engine_pids(pid: int | None = None) -> list[int]:
     """The processes an actor's engine runs in beside the actor itself (its descendants)."""
     import psutil

@@ -1,15 +1,15 @@
 """How new policy weights travel from the learner to the generation actors (DESIGN.md §8).
 
 The interface only: no Ray or vLLM import here, so the learner and the driver depend on this
-module and never on a concrete transport. Implementations live beside it, one module each,
-and are imported by name when :func:`make_transport` builds one:
+module and never on a concrete transport. Implementations live beside it, one module each, named
+with their capabilities in the registry (``actors.transport.registry``) and imported by name when
+:func:`make_transport` builds one:
 
-- ``object_store`` (``ray``, the default; CPU and multi-node): tensors go into Ray's object
-  store and a small named actor keeps references to the latest versions; an actor hands the
-  version it fetched to its engine through one shared-memory file (``shm``).
-- ``collective`` (GPU clusters; ``nccl`` is an alias): learner rank 0 and every engine worker
-  form one group and each version is one ordered set of bucketed broadcasts (NCCL on CUDA,
-  gloo on CPU, through the same code).
+- ``object_store`` (``ray``): tensors go into Ray's object store and a small named actor keeps
+  references to the latest versions; an actor hands the version it fetched to its engine through
+  one shared-memory file (``shm``).
+- ``collective``: learner rank 0 and every engine worker form one group and each version is one
+  ordered set of bucketed broadcasts (NCCL on CUDA, gloo on CPU, through the same code).
 
 Protocol of one version v (every learner-side call runs on every learner rank, in the same
 order: under ZeRO-3 reading the weights gathers them, which is a collective):
@@ -29,9 +29,10 @@ tensors as RPC arguments.
 Older versions (fixed-lag mode, ``LearnerConfig.fixed_lag`` = k >= 1: actors sample step s with
 version s - k while the learner publishes s): a transport that can serve them keeps the newest
 ``keep`` versions and names any of them with ``location_for(version)``; the actor loads one with
-``load_into(llm, location_for(v))``. The object store can (its store actor keeps references to the
-last ``keep`` snapshots); the collective transport cannot (it broadcasts only the newest version to
-every engine), and :func:`transport_for` refuses it for k >= 1.
+``load_into(llm, location_for(v))``. Which transports can is their registry entry's
+``serves_older_versions`` (the object store: its store actor keeps references to the last ``keep``
+snapshots; not the collective, which broadcasts only the newest version); :func:`transport_for`
+refuses the others for k >= 1.
 """
 
 from __future__ import annotations
@@ -40,17 +41,12 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
+from actors.transport import registry
+
 if TYPE_CHECKING:
     import torch
 
 NamedTensors = list[tuple[str, "torch.Tensor"]]
-
-# kind (ActorConfig.weight_transport) -> "module:class" of its implementation
-IMPLEMENTATIONS = {
-    "ray": "actors.transport.object_store:RayObjectStoreTransport",
-    "collective": "actors.transport.collective:CollectiveTransport",
-}
-ALIASES = {"nccl": "collective"}
 
 
 class WeightTransferError(RuntimeError):
@@ -174,38 +170,44 @@ def parse_location_version(location: str) -> int:
 
 
 def make_transport(kind: str, run_id: str, **kwargs) -> WeightTransport:
-    """The transport named by ``ActorConfig.weight_transport`` (``kwargs`` go to its constructor)."""
-    kind = ALIASES.get(kind, kind)
-    if kind not in IMPLEMENTATIONS:
-        raise ValueError(f"unknown weight transport {kind!r}; choose from {sorted(IMPLEMENTATIONS)}")
-    module, _, name = IMPLEMENTATIONS[kind].partition(":")
+    """The transport registered as ``kind`` (an alias too; ``kwargs`` go to its constructor)."""
+    module, _, name = registry.entry(kind).impl.partition(":")
     return getattr(importlib.import_module(module), name)(run_id, **kwargs)
 
 
 def transport_for(actors_cfg, run_id: str, keep_versions: int = 1) -> WeightTransport:
-    """The transport an ``ActorConfig`` asks for, with its settings (what the driver builds).
+    """The transport an ``ActorConfig`` names, with its settings (what the driver builds; 'auto' must have
+    been resolved: ``launch.config.layout.resolved_actors``, or ``ActorConfig.transport_or_default``).
 
     ``keep_versions``: how many of the newest versions actors must be able to load (k + 1 for a
-    fixed lag k, ``LearnerConfig.versions_needed``); more than 1 needs a transport with
-    ``location_for`` (the object store)."""
-    kind = ALIASES.get(actors_cfg.weight_transport, actors_cfg.weight_transport)
-    if kind == "collective":
-        if keep_versions > 1:
-            raise ValueError(f"the collective weight transport broadcasts only the newest version, but this run "
-                             f"samples with versions up to {keep_versions - 1} behind it (learner.fixed_lag): use "
-                             "--actors.weight_transport ray (the object store keeps older versions)")
-        return make_transport(kind, run_id, cfg=actors_cfg.collective)
-    return make_transport(kind, run_id, keep=max(2, keep_versions))
+    fixed lag k, ``LearnerConfig.versions_needed``); more than 1 needs a transport that serves older
+    versions (its registry entry's ``serves_older_versions``)."""
+    kind = registry.canonical(actors_cfg.weight_transport)
+    problems = registry.refusals(kind, versions=keep_versions)
+    if problems:
+        raise ValueError("; ".join(problems))
+    entry = registry.TRANSPORTS[kind]
+    kwargs: dict[str, Any] = {}
+    if entry.serves_older_versions:
+        kwargs["keep"] = max(2, keep_versions)
+    if entry.settings is not None:
+        kwargs["cfg"] = getattr(actors_cfg, entry.settings)
+    return make_transport(kind, run_id, **kwargs)
+
+
+def serves_older_versions(transport) -> bool:
+    """Whether actors can load a version older than the newest from this transport (``location_for``)."""
+    return callable(getattr(transport, "location_for", None))
 
 
 def check_serves_versions(transport, versions: int) -> None:
     """Raise (naming the fix) unless ``transport`` lets actors load each of the newest ``versions``."""
     if versions <= 1:
         return
-    if not callable(getattr(transport, "location_for", None)):
+    if not serves_older_versions(transport):
         raise ValueError(f"{type(transport).__name__} cannot serve a version older than the newest one, and "
                          f"learner.fixed_lag samples with versions up to {versions - 1} behind: use "
-                         "--actors.weight_transport ray")
+                         f"{registry.older_versions_fix()}")
     if getattr(transport, "keep", 0) < versions:
         raise ValueError(f"the weight transport keeps {getattr(transport, 'keep', 0)} versions, learner.fixed_lag "
                          f"needs the newest {versions}: build it with transport_for(..., keep_versions={versions})")

@@ -14,13 +14,16 @@ Two kinds of checks, each naming the fix:
 - :func:`cluster_problems`: against the Ray cluster's GPU count (the driver, before any actor starts).
 
 :func:`choose_transport` resolves ``actors.weight_transport: auto`` (and a collective backend
-'auto') from the placement and says why:
+'auto') from the placement and says why. Which transport fits a placement, and which one ``auto``
+prefers there, is each transport's registry entry (``actors.transport.registry``: ``refusals`` and
+``auto_kind`` read the capabilities); with the transports registered today:
 
 - learner and engines on CPU: ``ray`` (the object store);
 - learner and engines sharing a GPU (any fraction below 1): ``collective`` over gloo: NCCL cannot
   run two ranks on one GPU; gloo broadcasts buckets staged through host memory;
 - learner and engines on GPUs of their own: ``collective`` over NCCL;
-- one side on CPU, the other on GPU: ``collective`` over gloo (NCCL needs CUDA on every member).
+- one side on CPU, the other on GPU: ``collective`` over gloo (NCCL needs CUDA on every member);
+- a fixed lag (``learner.fixed_lag`` >= 1) on any placement: ``ray``, the one that keeps older versions.
 
 Pure functions over the configs (no Ray import): unit-tested without a cluster. They read a run's
 ``learner`` and ``actors`` only (:class:`Placement`, which ``RunConfig`` is), so this module does not
@@ -32,6 +35,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from actors.transport import registry
+from actors.transport.registry import Where
 
 if TYPE_CHECKING:
     from actors.config import ActorConfig
@@ -51,8 +57,8 @@ class LayoutError(ValueError):
 
 @dataclass(frozen=True)
 class TransportChoice:
-    """The weight transport a run uses: kind ('ray' or 'collective'), the collective backend
-    ('gloo' / 'nccl', None for ray) and the reason, for the console."""
+    """The weight transport a run uses: kind (a registered name), the collective backend ('gloo' /
+    'nccl'; None for a transport without one, like ray) and the reason, for the console."""
 
     kind: str
     backend: str | None
@@ -81,25 +87,38 @@ def shares_gpu(learner: LearnerConfig, actors: ActorConfig, device: str) -> bool
     return device == "cuda" and engines_on_gpu(actors) and (learner.shares_gpu or actors.shares_gpu)
 
 
+def where(learner: LearnerConfig, actors: ActorConfig, device: str | None) -> Where:
+    """Learner rank 0 and the engines as the transport registry judges them (``device`` None: the learner's
+    is not known yet, and a shared GPU is assumed wherever fractions could put two on one)."""
+    shared = (shares_gpu(learner, actors, device) if device is not None else
+              engines_on_gpu(actors) and (learner.shares_gpu or actors.shares_gpu))
+    return Where(device, "cuda" if engines_on_gpu(actors) else "cpu", shared)
+
+
 def _share_desc(learner: LearnerConfig, actors: ActorConfig) -> str:
     return f"learner.gpus_per_rank {learner.gpus_per_rank:g}, actors.num_gpus {actors.num_gpus:g}"
 
 
 def config_problems(cfg: Placement) -> list[str]:
-    """Refusals that need both the learner's and the actors' settings (the config alone). A learner
-    left at device 'auto' is judged as if on CUDA wherever that is what would break."""
+    """Refusals that need both the learner's and the actors' settings (the config alone): an explicit
+    transport that cannot serve the run (``registry.refusals``: a fixed lag, devices, a shared GPU), and
+    NCCL where it cannot run. A learner left at device 'auto' is judged as if on CUDA wherever that is
+    what would break."""
     learner, actors = cfg.learner, cfg.actors
     problems = []
+    if actors.weight_transport != "auto":
+        known = where(learner, actors, None if learner.device == "auto" else learner.device)
+        problems += registry.refusals(actors.weight_transport, known, learner.versions_needed)
     if learner.device == "cpu" or not engines_on_gpu(actors):
         gpu_pair = False
     else:
         gpu_pair = learner.shares_gpu or actors.shares_gpu
-    if gpu_pair and actors.weight_transport == "collective" and actors.collective.backend == "nccl":
+    nccl = registry.backend_asked(actors) == "nccl"
+    if gpu_pair and nccl:
         problems.append(f"actors.collective.backend=nccl while learner and engines may share a GPU "
                         f"({_share_desc(learner, actors)}): NCCL cannot run two ranks on one GPU; use "
                         "--actors.collective.backend gloo (or --actors.weight_transport auto)")
-    if (actors.weight_transport == "collective" and actors.collective.backend == "nccl"
-            and (learner.device == "cpu" or not engines_on_gpu(actors))):
+    if nccl and (learner.device == "cpu" or not engines_on_gpu(actors)):
         side = "learner.device=cpu" if learner.device == "cpu" else "actors.num_gpus=0 (engines on CPU)"
         problems.append(f"actors.collective.backend=nccl with {side}: NCCL needs CUDA on every member; use "
                         "--actors.collective.backend gloo (or auto)")
@@ -147,6 +166,9 @@ def cluster_problems(cfg: Placement, cluster_gpus: float) -> list[str]:
                         f"{'' if device == 'cuda' else ', on CPU'}) and {actors.num_actors} engine(s) x "
                         f"{actors.num_gpus * actors.tensor_parallel_size:g} GPU need {needed} GPU(s), the cluster "
                         f"has {cluster_gpus:g}: {fix}")
+    if actors.weight_transport != "auto":      # the learner's device is known now
+        problems += registry.refusals(actors.weight_transport, where(learner, actors, device),
+                                      learner.versions_needed)
     return problems
 
 
@@ -156,34 +178,48 @@ def nccl_fits(learner: LearnerConfig, actors: ActorConfig, device: str) -> bool:
 
 
 def choose_transport(cfg: Placement, cluster_gpus: float) -> TransportChoice:
-    """The transport and collective backend for this placement (``auto`` resolved; an explicit
-    kind kept, with its backend made concrete)."""
+    """The transport and collective backend for this placement (``auto`` resolved by the registry's
+    ``auto_kind``; an explicit kind kept, with its backend made concrete)."""
     learner, actors = cfg.learner, cfg.actors
     device = learner_device(learner, cluster_gpus)
-    engine_dev = "GPU" if engines_on_gpu(actors) else "CPU"
-    shared = shares_gpu(learner, actors, device)
-    if shared:
-        where = (f"learner and engines share a GPU ({_share_desc(learner, actors)}): NCCL cannot run two ranks "
-                 "on one GPU, gloo broadcasts buckets through host memory")
-    elif device == "cuda" and engines_on_gpu(actors):
-        where = "learner and engines on GPUs of their own: NCCL broadcast"
-    elif device == "cpu" and not engines_on_gpu(actors):
-        where = "learner and engines on CPU"
-    else:
-        where = f"learner on {'GPU' if device == 'cuda' else 'CPU'}, engines on {engine_dev}: gloo through host memory"
-    backend = actors.collective.backend
-    if backend == "auto":
-        backend = "nccl" if nccl_fits(learner, actors, device) else "gloo"
-    if actors.weight_transport == "ray":
-        return TransportChoice("ray", None, "asked for (--actors.weight_transport ray): the Ray object store")
-    if actors.weight_transport == "collective":
-        return TransportChoice("collective", backend, f"asked for; {where}")
+    at = where(learner, actors, device)
+    kind = actors.weight_transport
+    if kind == "auto":
+        kind = registry.auto_kind(at, learner.versions_needed)
+    entry = registry.entry(kind)
+    backend = None
+    if entry.picks_backend:
+        backend = getattr(actors, entry.settings).backend
+        if backend == "auto":
+            backend = "nccl" if nccl_fits(learner, actors, device) else "gloo"
+    if actors.weight_transport != "auto":
+        return TransportChoice(kind, backend, f"asked for (--actors.weight_transport {kind}); "
+                                              f"{_where_text(cfg, at)}: {_what(entry, backend, at)}")
     if learner.versions_needed > 1:
-        return TransportChoice("ray", None, f"auto: learner.fixed_lag {learner.fixed_lag} samples with older "
-                                            "versions, which only the Ray object store keeps")
-    if device == "cpu" and not engines_on_gpu(actors):
-        return TransportChoice("ray", None, f"auto: {where}: the Ray object store")
-    return TransportChoice("collective", backend, f"auto: {where}")
+        only = "only " if sum(e.serves_older_versions for e in registry.TRANSPORTS.values()) == 1 else ""
+        return TransportChoice(kind, backend, f"auto: learner.fixed_lag {learner.fixed_lag} samples with older "
+                                              f"versions, which {only}{entry.title} keeps")
+    return TransportChoice(kind, backend, f"auto: {_where_text(cfg, at)}: {_what(entry, backend, at)}")
+
+
+def _where_text(cfg: Placement, at: Where) -> str:
+    if at.shared_gpu:
+        return f"learner and engines share a GPU ({_share_desc(cfg.learner, cfg.actors)})"
+    if at.learner == at.engines:
+        return "learner and engines on CPU" if at.learner == "cpu" else "learner and engines on GPUs of their own"
+    learner, engines = ("GPU" if device == "cuda" else "CPU" for device in (at.learner, at.engines))
+    return f"learner on {learner}, engines on {engines}"
+
+
+def _what(entry: registry.TransportEntry, backend: str | None, at: Where) -> str:
+    """How the weights travel: the transport, or for one with a backend, the backend and why."""
+    if backend is None:
+        return entry.title
+    if backend == "nccl":
+        return "NCCL broadcast"
+    if at.shared_gpu:
+        return "NCCL cannot run two ranks on one GPU, gloo broadcasts buckets through host memory"
+    return "gloo through host memory"
 
 
 def engines_start_early(cfg: Placement, cluster_gpus: float, transport_has_membership: bool) -> bool:
@@ -199,5 +235,6 @@ def resolved_actors(cfg: Placement, choice: TransportChoice) -> ActorConfig:
     """``cfg.actors`` with the chosen transport (and backend) written in, as actors and config.json get it."""
     update: dict = {"weight_transport": choice.kind}
     if choice.backend is not None:
-        update["collective"] = cfg.actors.collective.model_copy(update={"backend": choice.backend})
+        field = registry.entry(choice.kind).settings
+        update[field] = getattr(cfg.actors, field).model_copy(update={"backend": choice.backend})
     return cfg.actors.model_copy(update=update)

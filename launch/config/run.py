@@ -131,10 +131,8 @@ class RunConfig(BaseModel):
         if cache is not None and cache > shortest:
             raise ValueError(f"learner.advantage.overlong_cache={cache} exceeds the shortest stage budget "
                              f"{shortest}: L_cache must be <= L_max of every stage")
-        if self.learner.versions_needed > 1 and self.actors.weight_transport == "collective":   # auto picks ray
-            raise ValueError(f"learner.fixed_lag={self.learner.fixed_lag} samples with versions up to "
-                             f"{self.learner.fixed_lag} behind the newest, and the {self.actors.weight_transport} "
-                             "weight transport broadcasts only the newest: use --actors.weight_transport ray")
+        # whether the weight transport serves a fixed lag's older versions: launch.config.layout.config_problems
+        # (_gpu_layout below), from the transport's registry entry (auto picks one that does)
         return self
 
     @model_validator(mode="after")

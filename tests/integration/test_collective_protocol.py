@@ -1,5 +1,5 @@
 """The collective protocol end to end on gloo, without a vLLM engine: this process is learner rank 0,
-spawned processes are the members (``tests.collective_members``: lagrl's real weight-transfer engine
+spawned processes are the members (``bench.stub_members``: lagrl's real weight-transfer engine
 receive path into a recording model). Faults: a member SIGKILLed while idle, one SIGKILLed
 mid-broadcast, a restarted member caught up, a member whose loader always fails (the version
 raises after max_attempts), no member at all, and one SIGKILLed after the learner's "go", before

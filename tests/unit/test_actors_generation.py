@@ -1,14 +1,14 @@
-"""How a generation actor groups the groups an engine step finished into reward calls."""
+"""How a generation actor groups the groups an engine step finished into reward calls (actors.reward_calls)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 
-from actors.generation import scoring_calls
+from actors.reward_calls import scoring_calls
 from rewards.config import RewardConfig
 from rewards.scoring import may_run_code, resolve_kind
-from tests.samples import make_group
+from bench.synthetic import make_group
 
 SPEC = json.dumps({"inputs": ["1\n"], "outputs": ["2\n"]})
 

@@ -10,7 +10,7 @@ import pytest
 from actors import scoring_book
 from actors.scoring_book import Scoring, ScoringBook
 from rewards.result import RewardResult, RewardTimeout, SandboxUnavailable
-from tests.samples import make_group
+from bench.synthetic import make_group
 
 
 class FakeBuffer:
