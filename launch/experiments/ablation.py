@@ -27,6 +27,8 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
+from launch.config.install_check import require_own_packages
+from launch.config.presets import PRESETS
 from launch.run.spec import RunSpec
 
 
@@ -75,6 +77,8 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
     specs, lr = fair_specs(presets, runs, tiny=tiny, steps=steps, prefix=prefix, overrides=overrides or [])
     cfgs = [spec.config(runs) for spec in specs]
 
+    # here, not at the top: Ray, vLLM, DeepSpeed and matplotlib come with them (the presets' names and fair
+    # settings above need none of it)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,11 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="output directory (figure, CSV, runs/)")
     ap.add_argument("--prefix", default=None, help="run id prefix (default: abl-<date>-<time>)")
     args = ap.parse_args(argv)
-    from launch.config.install_check import require_own_packages
-
     require_own_packages()
-    from launch.config.presets import PRESETS
-
     unknown = [p for p in args.presets if p not in PRESETS]
     if unknown:
         ap.error(f"unknown preset(s) {unknown}; choose from: {', '.join(sorted(PRESETS))}")

@@ -38,6 +38,14 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
+from actors.config import ActorConfig
+from actors.engine import build_llm, set_engine_env
+from launch.config.install_check import require_own_packages
+from launch.config.presets import get_preset
+from launch.run.data import PromptRenderer
+from launch.worlds import scale_to_world
+from rewards.problems import load_problem_set
+from rewards.scoring import score_group
 
 Verdict = Literal["kept", "all_wrong", "all_right", "too_long", "rejected"]
 
@@ -90,8 +98,6 @@ def read_records(path: str | Path, prompt_key: str, answer_key: str, *, format: 
     record is ``{}`` when the line was not a JSON object). A flat row without both fields, or a rejected
     row with ``bad_rows="fail"``, raises naming the row. Code tests are held to the default
     ``RewardConfig`` limits, the ones this tool scores with (``rewards.spec_limits``)."""
-    from rewards.problems import load_problem_set
-
     loaded = load_problem_set(path, prompt_key, answer_key, format=format)
     if loaded.rejected and bad_rows == "fail":
         raise ValueError(loaded.describe_rejected() + "; --bad_rows skip filters the others")
@@ -111,8 +117,6 @@ def build_engine(model_dir: str, *, n: int, max_model_len: int, batch_prompts: i
     """A vLLM engine with the actors' settings (``actors.engine.build_llm``); GPU when torch sees one."""
     import torch
 
-    from actors.config import ActorConfig
-    from actors.engine import build_llm, set_engine_env
 
     gpus = 1.0 if torch.cuda.is_available() else 0.0
     cfg = ActorConfig(num_actors=1, max_model_len=max_model_len, max_prompts_in_flight=batch_prompts, num_gpus=gpus,
@@ -129,7 +133,6 @@ def sample_and_score(llm, records: list[dict], prompt_ids: list[list[int] | None
     ``None`` problem a rejected row (rejected, not sampled)."""
     from vllm import SamplingParams
 
-    from rewards.scoring import score_group
 
     params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     results: list[PromptResult] = []
@@ -216,7 +219,7 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
         records, problems = records[:limit], problems[:limit]
     template = "{problem}\n"
     if tiny:
-        from launch.worlds.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.build import ensure_tiny_world    # only with --tiny: it imports torch
         from launch.worlds.tiny.task import PROMPT_TEMPLATE
 
         model_dir, template, chat_template = model_dir or str(ensure_tiny_world().model_dir), PROMPT_TEMPLATE, False
@@ -228,8 +231,6 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
     max_tokens = max_tokens or _default_max_tokens(tiny)
 
     from transformers import AutoTokenizer
-
-    from launch.run.data import PromptRenderer
 
     renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir), chat_template, template)
     ids = [renderer.ids(p) if p is not None else [] for p in problems]
@@ -259,9 +260,6 @@ def filter_difficulty(input: str | Path, output: str | Path, *, model_dir: str |
 
 def _default_max_tokens(tiny: bool) -> int:
     """The first stage's response budget of the baseline preset (tiny: as --tiny scales it)."""
-    from launch.config.presets import get_preset
-    from launch.worlds import scale_to_world
-
     cfg = get_preset("baseline")
     return (scale_to_world(cfg, "tiny") if tiny else cfg).data.stages[0].max_tokens
 
@@ -297,8 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stats_responses", action="store_true", help="include the sampled responses in --stats_out")
     ap.add_argument("--no_pass_rate", action="store_true", help="write the kept records without a pass_rate field")
     args = ap.parse_args(argv)
-    from launch.config.install_check import require_own_packages
-
     require_own_packages()
     try:
         report = filter_difficulty(

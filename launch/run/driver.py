@@ -23,10 +23,39 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.cluster.model_source import share_model
+from actors.factory import actor_name, create_generation_actors, start_loops, wait_started
+from actors.transport import transport_for
+from buffer import RunBuffer, open_buffer_server
 from buffer.server import write_private
 from launch.config import RunConfig
+from launch.config.layout import engines_start_early
 from launch.config.redact import redact
-from launch.run.startup import init_ray, local_resources, make_run_dir  # noqa: F401  (the driver's API)
+from launch.run.data import PromptRenderer
+from launch.run.evaluation import Evaluator, evaluation_row, servable
+from launch.run.feeder import PromptFeeder
+from launch.run.progress import Progress, StartupClock, actors_tokens_per_s
+from launch.run.prompt_stats import PromptStats
+from launch.run.startup import (  # noqa: F401  (init_ray, local_resources, make_run_dir: the driver's API too)
+    has_code,
+    init_ray,
+    load_problem_set,
+    local_resources,
+    make_run_dir,
+    record_optimizer,
+    record_placement,
+    record_resume,
+    resolve_data,
+    resolve_layout,
+)
+from launch.run.stopping import StopSignal, shut_down
+from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, summary_scalars
+from launch.run.tracking import Trackers, check_available, open_trackers
+from learner.errors import StepInterrupted
+from learner.loop import Learner
+from rewards.code_isolation import describe as describe_isolation
+from rewards.problems import append_jsonl
+from rewards.workers import RewardPool
 
 
 @dataclass
@@ -75,9 +104,6 @@ class _Run:
     """One run's state, built up phase by phase (:func:`run` calls them in order)."""
 
     def __init__(self, cfg: RunConfig):
-        from launch.run.progress import StartupClock
-        from launch.run.tracking import Trackers
-
         self.cfg = cfg
         self.started = time.monotonic()
         self.clock = StartupClock(self.started)
@@ -88,9 +114,6 @@ class _Run:
 
     # -- the data and the config ---------------------------------------------------------------------
     def prepare_data(self) -> None:
-        from launch.run.startup import load_problem_set, resolve_data
-        from launch.run.tracking import check_available
-
         cfg = self.cfg
         self.run_path = make_run_dir(cfg.path)
         self.model_dir, train_path, eval_path, self.template = resolve_data(cfg)
@@ -104,11 +127,6 @@ class _Run:
         import ray
         from transformers import AutoTokenizer
 
-        from actors.cluster.model_source import share_model
-        from buffer import RunBuffer, open_buffer_server
-        from launch.run.data import PromptRenderer
-        from launch.run.startup import resolve_layout
-        from launch.run.stopping import StopSignal
 
         init_ray(self.cfg)
         self.clock.mark("ray")
@@ -134,15 +152,6 @@ class _Run:
 
     # -- reward pool, learner, trackers, engines -----------------------------------------------------
     def start_workers(self) -> None:
-        from actors.factory import start_loops, wait_started
-        from actors.transport import transport_for
-        from launch.config.layout import engines_start_early
-        from launch.run.startup import has_code, record_optimizer, record_placement, record_resume
-        from launch.run.tracking import open_trackers
-        from learner.loop import Learner
-        from rewards.code_isolation import describe as describe_isolation
-        from rewards.workers import RewardPool
-
         cfg = self.cfg
         # a run with code problems checks the sandbox's walls on every worker first (rewards.code_isolation)
         self.pool = RewardPool(cfg=cfg.rewards, code=has_code(cfg, self.problems, self.eval_problems))
@@ -175,8 +184,6 @@ class _Run:
         self.clock.mark("engines ready")
 
     def _start_engines(self, actor_transport) -> None:
-        from actors.factory import create_generation_actors
-
         cfg = self.cfg
         self.actors.extend(create_generation_actors(
             cfg.actors, cfg.run_id, self.url, self.model, group_size=cfg.group_size, seed=cfg.seed,
@@ -185,8 +192,6 @@ class _Run:
 
     # -- the first weights and the first evaluation --------------------------------------------------
     def send_first_weights(self) -> None:
-        from actors.factory import actor_name
-
         cfg = self.cfg
         # a collective transport forms its group with every actor here (the object store returns at once)
         self.learner.sync_actors([actor_name(cfg.run_id, i) for i in range(cfg.actors.num_actors)],
@@ -194,10 +199,6 @@ class _Run:
         self.clock.mark("first weights")
 
     def first_evaluation(self) -> None:
-        from launch.run.evaluation import Evaluator
-        from launch.run.feeder import PromptFeeder
-        from launch.run.prompt_stats import PromptStats
-
         cfg = self.cfg
         self.feeder = PromptFeeder(self.buffer, self.problems, self.renderer,
                                    rollout_batch=cfg.learner.batch.rollout_batch, group_size=cfg.group_size,
@@ -214,9 +215,6 @@ class _Run:
         self.result.startup = self.clock.phases
 
     def _evaluate(self) -> None:
-        from launch.run.evaluation import evaluation_row, servable
-        from rewards.problems import append_jsonl
-
         if servable(self.learner, self.buffer):
             budget = self.cfg.data.eval_max_tokens(self.learner.steps_done)
             self.result.evals.append(evaluation_row(self.evaluator, self.buffer, self.learner, budget))
@@ -225,9 +223,6 @@ class _Run:
 
     # -- the step loop -------------------------------------------------------------------------------
     def step_loop(self, on_step) -> None:
-        from launch.run.progress import Progress
-        from learner.errors import StepInterrupted
-
         cfg, learner = self.cfg, self.learner
         self.feeder.start()
         deadline = self.started + cfg.max_wall_s if cfg.max_wall_s else None
@@ -261,9 +256,6 @@ class _Run:
 
     def _record_step(self, metrics: dict, progress, on_step) -> None:
         """A step's row into metrics.jsonl, the trackers and the console; the hook; a due evaluation."""
-        from launch.run.progress import actors_tokens_per_s
-        from rewards.problems import append_jsonl
-
         cfg, learner = self.cfg, self.learner
         self.stats.update()
         self.result.metrics.append(metrics)
@@ -285,16 +277,12 @@ class _Run:
 
     # -- shutdown and summary ------------------------------------------------------------------------
     def shut_down(self) -> None:
-        from launch.run.stopping import shut_down
-
         shut_down(self.feeder, self.actors, self.loops, self.learner, self.pool)
         if self.server is not None:
             self.server.stop()
 
     def summarize(self) -> RunResult:
         """summary.json, the trackers' summary (then closed), the console's summary."""
-        from launch.run.summary import build_summary, format_summary, read_evals, read_metrics, summary_scalars
-
         cfg, result, run_path = self.cfg, self.result, self.run_path
         result.seconds = time.monotonic() - self.started
         summary = build_summary(run_id=cfg.run_id, preset=cfg.preset, run_path=run_path, steps_total=cfg.steps,

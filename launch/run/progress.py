@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from buffer.monitor import Monitor
 from learner.step_metrics import summary_line
 
 
@@ -48,5 +49,4 @@ class StartupClock:
 
 def actors_tokens_per_s(buffer) -> float:
     """The generation rate of all the run's actors together (their heartbeats in the buffer)."""
-    from buffer.monitor import Monitor
     return sum(float(a.get("tokens_per_s", 0.0)) for a in Monitor(buffer.client, buffer.run_id).actors().values())

@@ -27,6 +27,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from launch.run.compose import build_config
+
 ENTRY = Path(__file__).resolve().parents[1] / "ablate.py"       # the entry script: any preset by name
 
 
@@ -67,15 +69,13 @@ class RunSpec:
 
     def config(self, run_dir: Path):
         """The resolved RunConfig (a bad preset or override exits here, with the entry scripts' message)."""
-        from launch.run.compose import build_config
-
         return build_config(self.argv(run_dir), default_preset=self.preset)[0]
 
 
 def run_here(spec: RunSpec, run_dir: Path, on_step=None):
     """The run in this process (``launch.run.driver.run``); returns its RunResult. Several runs in one
     process share one Ray: ``launch.run.driver.init_ray`` it first, sized for the largest."""
-    from launch.run.driver import run
+    from launch.run.driver import run      # here: Ray, vLLM and DeepSpeed come with it, and a subprocess run needs none
 
     return run(spec.config(run_dir), on_step)
 

@@ -7,10 +7,16 @@ import json
 import os
 from pathlib import Path
 
+from actors.cluster.placement import driver_location, placement_line
 from actors.cluster.priority import SYSTEM_CONFIG
 from buffer.server import write_private
 from launch.config import RunConfig
+from launch.config.layout import LayoutError, choose_transport, cluster_problems, resolved_actors
 from launch.config.redact import redact
+from launch.worlds import world_data
+from rewards.problems import load_problems
+from rewards.scoring import resolve_kind
+from rewards.spec_limits import SpecLimits
 
 
 def make_run_dir(path: Path) -> Path:
@@ -25,7 +31,6 @@ def make_run_dir(path: Path) -> Path:
 def resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
     """(model dir, train path, eval path, prompt template when the tokenizer has no chat template)."""
     if cfg.world is not None:
-        from launch.worlds import world_data
         return world_data(cfg.world, cfg.data)
     if not cfg.data.model_dir or not cfg.data.train_path:
         raise ValueError("--data.model_dir (a Hugging Face model directory) and --data.train_path (a JSONL/"
@@ -34,9 +39,6 @@ def resolve_data(cfg: RunConfig) -> tuple[str, str, str | None, str]:
 
 
 def load_problem_set(cfg: RunConfig, path: str):
-    from rewards.problems import load_problems
-    from rewards.spec_limits import SpecLimits
-
     # code test specs checked here, where a bad one is a row number: they travel in every buffer message
     limits = SpecLimits.of(cfg.rewards, cfg.buffer.max_message_bytes)
     return load_problems(path, cfg.data.prompt_key, cfg.data.answer_key, format=cfg.data.format,
@@ -45,8 +47,6 @@ def load_problem_set(cfg: RunConfig, path: str):
 
 def has_code(cfg: RunConfig, *problem_sets) -> bool:
     """Whether any problem goes to the code sandbox (rewards.scoring's routing)."""
-    from rewards.scoring import resolve_kind
-
     return any(resolve_kind(p.answer, p.data_source, cfg=cfg.rewards) == "code"
                for problems in problem_sets if problems for p in problems)
 
@@ -86,7 +86,6 @@ def resolve_layout(cfg: RunConfig) -> tuple[RunConfig, float]:
     which and why (launch.config.layout). Returns the config and the cluster's GPU count."""
     import ray
 
-    from launch.config.layout import LayoutError, choose_transport, cluster_problems, resolved_actors
 
     gpus = float(ray.cluster_resources().get("GPU", 0))
     problems = cluster_problems(cfg, gpus)
@@ -124,8 +123,6 @@ def record_placement(run_path: Path, buffer, actors: dict[str, dict], learner, m
     """Where the driver, every actor and every learner rank run (and which model directory each
     opened): ``placement.json`` in the run directory, the run's meta, one console line when they
     span several nodes."""
-    from actors.cluster.placement import driver_location, placement_line
-
     placement = {"driver": driver_location(), "actors": actors, "learner": learner.ranks.nodes,
                  "model": model.describe()}
     (run_path / "placement.json").write_text(json.dumps(placement, indent=1))

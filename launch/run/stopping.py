@@ -4,6 +4,7 @@ dependency order (shut_down)."""
 from __future__ import annotations
 
 import signal
+from actors.transport.staging import sweep
 
 
 class StopSignal:
@@ -42,8 +43,6 @@ def shut_down(feeder, actors, loops, learner, pool) -> None:
 
 
 def sweep_staged() -> None:
-    from actors.transport.staging import sweep
-
     removed = sweep()
     if removed:
         print(f"[driver] removed {len(removed)} staged weight file(s) of dead actors: {removed}", flush=True)

@@ -26,7 +26,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from buffer.keys import RunKeys
+from buffer.monitor import TOKENIZER_META_KEYS, Monitor, list_runs, read_only_client
+from launch.config.install_check import require_own_packages
+from launch.config.redact import redact
+from launch.config.tracking import TrackingConfig
+from launch.experiments.analysis.pass_at_k_plot import write_pass_at_k
 from launch.experiments.analysis.plots import ENTROPY_KEYS, EVAL_KEYS, STEP, draw_line, finish_panel
+from launch.run.summary import read_run_rows
+from launch.run.tracking import open_trackers
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,8 +126,6 @@ def sample_rows(mon, n_groups: int = 3, max_chars: int = 300) -> list[dict[str, 
     ``mon`` is a :class:`buffer.monitor.Monitor`; if the tokenizer named in the run's meta cannot
     be loaded on this machine, responses are shown as (the first 32) token ids instead.
     """
-    from buffer.monitor import TOKENIZER_META_KEYS
-
     meta = mon.meta()
     path = next((str(meta[k]) for k in TOKENIZER_META_KEYS if meta.get(k)), None)
     tokenizer = None                       # the monitor loads the meta's tokenizer
@@ -180,8 +186,6 @@ def figures_to_trackers(tracking, name: str, out_dir: str | Path, figures: dict[
     """Log each figure (tag -> PNG) as an image of the tracker run ``name``; returns the backends used.
     ``tracking``: a ``launch.run.tracking.TrackingConfig``; TensorBoard writes ``out_dir/tb``, a default
     MLflow file store is ``store_root/mlruns`` (default ``out_dir``)."""
-    from launch.run.tracking import open_trackers
-
     if not tracking.backends or not figures:
         return []
     trackers = open_trackers(tracking, name=name, log_dir=out_dir, store_root=store_root or out_dir,
@@ -196,10 +200,6 @@ def figures_to_trackers(tracking, name: str, out_dir: str | Path, figures: dict[
 
 def newest_run(url: str) -> str:
     """The run on the server that was written to last (newest metrics/groups/prompts entry id)."""
-    from buffer.keys import RunKeys
-    from buffer.monitor import list_runs, read_only_client
-    from launch.config.redact import redact
-
     client = read_only_client(url)
     runs = list_runs(client)
     if not runs:
@@ -216,8 +216,6 @@ def newest_run(url: str) -> str:
 
 def frames_from_redis(url: str, run_ids: list[str]) -> dict[str, pd.DataFrame]:
     """Metrics of each run from a (live or finished) buffer, labelled ``run_id (preset)``."""
-    from buffer.monitor import Monitor
-
     frames = {}
     for run_id in run_ids:
         mon = Monitor(url, run_id)
@@ -241,15 +239,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tracking-project", default="lagrl", help="W&B project / MLflow experiment")
     ap.add_argument("--run-name", default=None, help="the tracker run's name (default compare-<date>-<time>)")
     args = ap.parse_args(argv)
-    from launch.run.tracking import TrackingConfig
-
     try:
         tracking = TrackingConfig.model_validate({"backends": TrackingConfig.model_validate(args.tracking).backends,
                                                   "project": args.tracking_project})
     except ValueError as exc:
         ap.error(f"--tracking: {exc}")
-    from launch.config.install_check import require_own_packages
-
     require_own_packages()
 
     import matplotlib
@@ -263,8 +257,6 @@ def main(argv: list[str] | None = None) -> None:
             ap.error("--runs needs --redis-url (or LAGRL_REDIS_URL / REDIS_URL)")
         frames = frames_from_redis(url, args.runs)
     else:
-        from launch.run.summary import read_run_rows
-
         frames = {}
         for path in args.metrics_jsonl:
             if not path.is_file():
@@ -283,8 +275,6 @@ def main(argv: list[str] | None = None) -> None:
     png, csv = write_compare(frames, args.out)
     print(png)
     print(csv)
-    from launch.experiments.analysis.pass_at_k_plot import write_pass_at_k
-
     curves = write_pass_at_k(frames, args.out)
     if curves is not None:
         print(curves)

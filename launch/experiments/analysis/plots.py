@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
+from learner.step_path import CHAIN
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -216,7 +217,6 @@ def plot_step_path(ax: Axes, df: pd.DataFrame) -> int:
     publish of the version its prompts needed to training done, one colour per hop; returns the bars."""
     import pandas as pd
 
-    from learner.step_path import CHAIN
 
     keys = [f"path/seg/{segment}" for segment, _ in CHAIN]
     present = [k for k in keys if k in df.columns]

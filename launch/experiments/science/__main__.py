@@ -21,14 +21,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from launch.config.install_check import require_own_packages
 from launch.experiments.science.findings import FINDINGS, Finding, finding, science_worlds
+from launch.experiments.science.runner import config_of, entropy_split_of, spec_for
 
 
 def fair_overrides(findings: list[Finding], world: str | None, steps: int) -> dict[str, tuple[str, ...]]:
     """finding key -> overrides every arm gets: the comparison's one learning rate (and, for a finding with
     ``final_model`` in a world with an entropy split, a checkpoint at its last step)."""
-    from launch.experiments.science.runner import config_of, entropy_split_of, spec_for
-
     out = {}
     for f in findings:
         lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
@@ -78,11 +78,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from launch.config.install_check import require_own_packages
-
     require_own_packages()
     extra = tuple(x for kv in args.override for x in (f"--{kv.partition('=')[0]}", kv.partition("=")[2]))
 
+    # here, after the arguments: the report and runner bring torch and Ray (--help and a bad flag stay instant)
     from launch.experiments.science.report import dose_response_png, evaluate, figure_png, write_csv, write_html
     from launch.experiments.science.runner import one_run_per_config, read_rows, run_all, spec_for
 

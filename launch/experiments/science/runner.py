@@ -30,6 +30,7 @@ from launch.config.refs import load
 from launch.config.worlds import WORLDS
 from launch.experiments.science.findings import Arm, Finding
 from launch.run.spec import RunSpec, run_process
+from launch.run.summary import read_run_rows
 
 
 def entropy_split_of(world: str | None) -> str | None:
@@ -70,8 +71,6 @@ def read_rows(run_path: Path) -> list[dict]:
     """A finished run's step rows plus its evaluation rows (``launch.run.summary.read_run_rows``), and
     the split of its entropy at the start and the end (``ENTROPY_SOURCES``, a row of its last step) when
     it was measured."""
-    from launch.run.summary import read_run_rows
-
     rows = read_run_rows(run_path / "metrics.jsonl")
     if (path := run_path / ENTROPY_SOURCES).exists():
         last = max((r["step"] for r in rows if "step" in r), default=0)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
 
 import numpy as np
+from launch.worlds.routes.entropy_sources import decision_entropy
 
 Rows = Sequence[dict]
 # two-sided 95% quantiles of Student's t by degrees of freedom (seeds - 1)
@@ -100,8 +101,6 @@ def decision_entropy_ratio(rows: Rows) -> float:
     ``launch.worlds.routes.entropy_sources.DECISIONS``) of the run's final weights over that of the
     warmed-up policy, both sampled once per validation problem with the run's seed. The all-token
     ratio mixes these with reward-idle choices RL leaves alone; NaN for a run not measured that way."""
-    from launch.worlds.routes.entropy_sources import decision_entropy
-
     splits = next((r["entropy_sources/splits"] for r in rows if "entropy_sources/splits" in r), None)
     if not splits or len(splits) != 2:
         return math.nan

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from launch.config.install_check import require_own_packages
 from launch.ops.smoke import __doc__ as PACKAGE_DOC
 
 STAGES = {1: "versions", 2: "engine", 3: "weights", 4: "learner", 5: "run", 6: "shapes"}
@@ -37,8 +38,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    from launch.config.install_check import require_own_packages
-
     require_own_packages()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")     # the stage lines are the console
@@ -50,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     stages = args.stages or sorted(n for n in STAGES if device == "cuda" or n != 6)
 
+    # the stages import vLLM, DeepSpeed and torch: after the arguments (--help is instant) and the environment
+    # above (vLLM reads VLLM_LOGGING_LEVEL when it is first imported)
     from launch.ops.smoke.context import Context
     from launch.ops.smoke.engine_stages import engine_stage, weights_stage
     from launch.ops.smoke.learner_stage import learner_stage

@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.config import ActorConfig, CollectiveConfig
+from actors.engine import build_llm
+from actors.transport import transport_for
+from actors.transport.registry import Where, fitting
+from launch.run.compose import build_config
+from launch.run.driver import init_ray
+from launch.worlds.tiny.build import ensure_tiny_world
 
 ENGINE_PROCESS = "engine_process" in ActorConfig.model_fields     # the engine core's process, when selectable
 GPU_ENGINE_MEMORY = 0.25      # of the GPU, for the tiny engines of stages 2-3 and the run's actor (stage 5)
@@ -47,7 +53,6 @@ class Context:
 
     def tiny(self):
         if self._tiny is None:
-            from launch.worlds.tiny.build import ensure_tiny_world
             self._tiny = ensure_tiny_world()
         return self._tiny
 
@@ -67,8 +72,6 @@ class Context:
         if self.llm is not None and all(self.llm_kwargs.get(k) == v for k, v in llm_kwargs.items()):
             return self.llm
         self.close_engine()
-        from actors.engine import build_llm
-
         self.llm = build_llm(self.actor_config(), str(self.tiny().model_dir), seed=0, max_num_seqs=64, **llm_kwargs)
         self.llm_kwargs = llm_kwargs
         return self.llm
@@ -80,8 +83,6 @@ class Context:
 
     # ---- transports: (learner side bound in this process, the actor's copy)
     def transport_pair(self, kind: str, run_id: str):
-        from actors.transport import transport_for
-
         # gloo on every device: the engine shares this process's device, and NCCL refuses two ranks on one
         cfg = self.actor_config(weight_transport=kind, collective=CollectiveConfig(
             backend="gloo", join_timeout_s=120, collective_timeout_s=120, stale_after_s=60))
@@ -89,14 +90,13 @@ class Context:
         return learner_side, pickle.loads(pickle.dumps(learner_side))
 
     def smoke_transports(self) -> list[str]:
-        """The transports one device allows (never NCCL: it needs the engine on another GPU)."""
-        return ["ray", "collective"]
+        """The registered transports one device allows, learner side and engine on it together (their
+        registry capabilities; a collective goes over gloo, never NCCL: see ``transport_pair``)."""
+        return fitting(Where(self.device, self.device, shared_gpu=self.cuda))
 
     def shared_llm_kwargs(self) -> dict:
         """Engine arguments that serve every smoke transport at once when they do not conflict (one
         engine start instead of one per transport), else the first transport's."""
-        from actors.transport import transport_for
-
         merged: dict = {}
         for kind in self.smoke_transports():
             kwargs = transport_for(self.actor_config(weight_transport=kind), "smoke").llm_kwargs()
@@ -109,8 +109,6 @@ class Context:
     # ---- the run of stage 5 (and Ray for every stage that needs it)
     def run_config(self):
         if self._run_cfg is None:
-            from launch.run.compose import build_config
-
             argv = ["--tiny", "--steps", str(self.steps), "--run_dir", str(self.work / "runs"),
                     "--run_id", f"smoke-{time.strftime('%H%M%S')}", "--data.eval_max_problems", "8",
                     "--data.eval_n", "2", "--learner.checkpoint_every", "0"]
@@ -127,8 +125,6 @@ class Context:
 
     def ensure_ray(self) -> None:
         """Ray as the run of stage 5 starts it (so that run joins this one instead of starting another)."""
-        from launch.run.driver import init_ray
-
         init_ray(self.run_config())
 
     def close(self) -> None:

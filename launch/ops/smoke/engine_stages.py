@@ -9,13 +9,13 @@ import time
 
 from launch.ops.smoke.context import ENGINE_PROCESS, Context, engine_core_process
 from launch.ops.smoke.report import StageFailed, require
+from launch.worlds.tiny.task import PROMPT_TEMPLATE, read_problems
 
 
 def engine_stage(ctx: Context) -> dict:
     from transformers import AutoTokenizer
     from vllm import SamplingParams
 
-    from launch.worlds.tiny.task import PROMPT_TEMPLATE, read_problems
 
     kwargs = ctx.shared_llm_kwargs()
     t0 = time.monotonic()

@@ -13,6 +13,11 @@ from pathlib import Path
 
 from launch.ops.smoke.context import Context
 from launch.ops.smoke.report import require
+from learner.batching import Row, plan_update
+from learner.config import BatchConfig
+from learner.deepspeed_kit import init_distributed, set_rendezvous
+from learner.engine import RankEngine
+from learner.trainer_config import LearnerConfig
 
 
 def init_single_rank(cuda: bool) -> None:
@@ -20,7 +25,6 @@ def init_single_rank(cuda: bool) -> None:
     starts (``learner.deepspeed_kit``: no op compiled)."""
     import torch.distributed as dist
 
-    from learner.deepspeed_kit import init_distributed, set_rendezvous
 
     if dist.is_initialized():
         return
@@ -37,9 +41,6 @@ def init_single_rank(cuda: bool) -> None:
 
 
 def learner_config(ctx: Context, zero_stage: int, **changes):
-    from learner.config import BatchConfig
-    from learner.trainer_config import LearnerConfig
-
     fields = dict(lr=1e-4, batch=BatchConfig(rollout_batch=1, mini_batch=1), device=ctx.device,
                   zero_stage=zero_stage, dtype="bf16" if ctx.cuda else "fp32", micro_batch_tokens=4096)
     fields["optimizer"] = "auto"                           # torch AdamW unless DeepSpeed's ops are prebuilt
@@ -50,7 +51,6 @@ def synthetic_rows(vocab: int, rows: int, prompt_len: int, response_len: int, se
     """Random prompts and responses (lengths in [response_len/2, response_len]) at version 0."""
     import numpy as np
 
-    from learner.batching import Row
 
     rng = np.random.default_rng(seed)
     return [Row(prompt_ids=rng.integers(2, vocab, prompt_len).astype(np.int32),
@@ -93,8 +93,6 @@ def peak_memory_mib(cuda: bool) -> float:
 def one_update(ctx: Context, zero_stage: int) -> dict:
     import torch
 
-    from learner.batching import plan_update
-    from learner.engine import RankEngine
 
     cfg = learner_config(ctx, zero_stage)
     if ctx.cuda:

@@ -20,14 +20,13 @@ from contextlib import redirect_stderr, redirect_stdout
 
 from launch.ops.smoke.context import Context
 from launch.ops.smoke.report import require
+from launch.run.driver import run
+from learner.step_path import hop_shares
 
 KL_KEY = "mismatch/start_kl_k3"
 
 
 def run_stage(ctx: Context) -> dict:
-    from launch.run.driver import run
-    from learner.step_path import hop_shares
-
     cfg = ctx.run_config()
     ctx.close_engine()               # the run's actor needs the device's memory
     log = ctx.work / "run.log"

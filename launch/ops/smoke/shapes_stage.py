@@ -23,10 +23,17 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from actors.generation import GenerationActorImpl
+from buffer import EmbeddedRedis, PromptMsg, RunBuffer
 from launch.ops.smoke.context import Context, close_llm
 from launch.ops.smoke.engine_stages import learner_weights, push
 from launch.ops.smoke.learner_stage import init_single_rank, learner_config, optimizer_name, synthetic_rows
 from launch.ops.smoke.report import require
+from launch.worlds.shapes.build import build_tokenizer, qwen25_05b_config
+from learner.batching import collate, plan_update
+from learner.deepspeed_kit import bare_update, build_engine, load_hf_model
+from learner.engine import RankEngine
+from rewards.result import WRONG, RewardResult
 
 # Qwen2.5-1.5B's published config (the rest as Qwen2.5-0.5B's: rope, norms, tied embeddings)
 SHAPES = {"1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -58,8 +65,6 @@ class Unscored:
     """Reward 0 for every response, not verified: the smoke measures the engine path, not math-verify."""
 
     def score_many(self, requests):
-        from rewards.result import WRONG, RewardResult
-
         return [[RewardResult(reward=0.0, reason=WRONG, extracted=None) for _ in r.texts] for r in requests]
 
 
@@ -68,7 +73,6 @@ def model_dir(ctx: Context, size: str) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from launch.worlds.shapes.build import build_tokenizer, qwen25_05b_config
 
     out = ctx.work / f"qwen2.5-{size}-shapes"
     if (out / "model.safetensors").exists() or (out / "model.safetensors.index.json").exists():
@@ -87,7 +91,6 @@ def model_dir(ctx: Context, size: str) -> Path:
 def _prompts(plan: ShapesPlan, vocab: int, tag: str):
     import numpy as np
 
-    from buffer import PromptMsg
 
     rng = np.random.default_rng(0)
     return [PromptMsg(prompt_id=f"{tag}-{i}", data_source="tiny_arith", answer="0", n_samples=plan.n,
@@ -130,9 +133,6 @@ def _actor_path(impl, buf, prompts, timeout_s: float = 600.0) -> tuple[int, floa
 
 
 def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
-    from actors.generation import GenerationActorImpl
-    from buffer import EmbeddedRedis, RunBuffer
-
     kinds = ctx.smoke_transports()
     pairs = {k: ctx.transport_pair(k, f"smoke-shapes-{k}") for k in kinds}
     # the engine is built for the transport a GPU run picks (auto: the collective); another transport is
@@ -181,9 +181,6 @@ def generation_and_weights(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
 def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     import torch
 
-    from learner.batching import collate, plan_update
-    from learner.deepspeed_kit import bare_update, build_engine, load_hf_model
-    from learner.engine import RankEngine
 
     init_single_rank(ctx.cuda)
     cfg = learner_config(ctx, 2, micro_batch_tokens=plan.micro_batch_tokens, gradient_checkpointing=True, lr=1e-6)

@@ -9,6 +9,8 @@ import platform
 import subprocess
 from importlib import metadata
 
+from buffer.server import find_redis_server
+from launch.config.install_check import problems
 from launch.ops.smoke.context import Context
 from launch.ops.smoke.report import require
 
@@ -30,8 +32,6 @@ def _version(dists: tuple[str, ...]) -> str | None:
 def versions_stage(ctx: Context) -> dict:
     import torch
 
-    from buffer.server import find_redis_server
-    from launch.config.install_check import problems
 
     found = {name: _version(dists) for name, dists in COMPONENTS.items()}
     found["torch"] = torch.__version__                 # with its build tag (+cu130, +cpu)

@@ -23,18 +23,17 @@ from __future__ import annotations
 
 import sys
 
+from launch.config.install_check import require_own_packages
 from launch.recipes.sft.config import parse
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg, print_only = parse(sys.argv[1:] if argv is None else argv, usage=__doc__)
-    from launch.config.install_check import require_own_packages
-
     require_own_packages()
     if print_only:
         print(cfg.model_dump_json(indent=2), flush=True)
         return
-    from launch.recipes.sft.train import train_sft
+    from launch.recipes.sft.train import train_sft     # torch: after the arguments (--help, --print-config)
 
     result = train_sft(cfg)
     print(f"[sft] {result['updates']} updates on {result['examples']} examples ({result['dropped']} dropped) in "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from launch.config.overrides import ConfigError, parse_value, split_overrides
 
 
 class SftConfig(BaseModel):
@@ -44,7 +45,6 @@ def parse(argv: list[str], usage: str = "") -> tuple[SftConfig, bool]:
 
     from pydantic import ValidationError
 
-    from launch.config.overrides import ConfigError, parse_value, split_overrides
 
     print_only = "--print-config" in argv
     argv = [a for a in argv if a != "--print-config"]

@@ -21,14 +21,17 @@ from pathlib import Path
 import numpy as np
 
 from launch.recipes.sft.config import SftConfig
+from launch.run.data import PromptRenderer
+from learner.batching import Row
+from learner.checkpoint import copy_tokenizer_files
+from learner.config import BatchConfig
+from learner.deepspeed_kit import cpu_state_dict
+from learner.trainer_config import LearnerConfig
 
 
 def tokenize_examples(rows: list[dict], tokenizer, cfg: SftConfig) -> tuple[list, int]:
     """JSONL records -> training rows (``learner.batching.Row``: prompt ids, response ids + EOS);
     (rows, examples dropped for exceeding ``max_tokens``). A record without the fields raises."""
-    from launch.run.data import PromptRenderer
-    from learner.batching import Row
-
     renderer = PromptRenderer(tokenizer, chat_template=True, template=cfg.template) if cfg.render else None
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -66,9 +69,6 @@ def update_plan(num_examples: int, cfg: SftConfig) -> list[list[int]]:
 
 def _engine_config(cfg: SftConfig, device: str):
     """The RL learner's engine layout and optimizer for the SFT settings (``deepspeed_config`` reads it)."""
-    from learner.config import BatchConfig
-    from learner.trainer_config import LearnerConfig
-
     return LearnerConfig(mode="on_policy", batch=BatchConfig(rollout_batch=cfg.batch_size, mini_batch=cfg.batch_size),
                          lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, betas=cfg.betas,
                          adam_eps=cfg.adam_eps, grad_clip=cfg.grad_clip, zero_stage=cfg.zero_stage, dtype=cfg.dtype,
@@ -79,6 +79,7 @@ def _engine_config(cfg: SftConfig, device: str):
 def train_sft(cfg: SftConfig) -> dict:
     """Train and write ``cfg.out``; returns the summary also written to ``cfg.out/sft.json``."""
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if _has_cuda() else "cpu")
+    # imported after DS_ACCELERATOR is set: DeepSpeed reads it when first imported (torch, transformers alike late)
     import torch
     import torch.distributed as dist
     from transformers import AutoTokenizer
@@ -153,9 +154,6 @@ def train_sft(cfg: SftConfig) -> dict:
 def _save(engine, cfg: SftConfig, out: Path, summary: dict, rank: int, zero_stage: int) -> None:
     """Rank 0 writes the HF directory next to ``out`` and renames it into place (all ranks gather
     under ZeRO-3)."""
-    from learner.checkpoint import copy_tokenizer_files
-    from learner.deepspeed_kit import cpu_state_dict
-
     state = cpu_state_dict(engine.module, zero_stage)
     if rank != 0:
         return

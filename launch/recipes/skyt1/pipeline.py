@@ -29,7 +29,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launch.config.install_check import require_own_packages
+from launch.config.redact import redact      # --rl_args may carry --buffer.redis_url with its password
 from launch.run.spec import RunSpec, run_process
+from launch.worlds.tiny.task import read_problems
+from learner.checkpoint import latest_checkpoint
+from rewards.problems import write_jsonl
 
 REPO = Path(__file__).resolve().parents[3]
 TINY_SFT_ARGS = "--epochs 3 --batch_size 32 --lr 3e-4"     # Sky-T1's 3 epochs: 16 updates each on 512 traces
@@ -39,9 +44,6 @@ TINY_SFT_EXAMPLES = 512
 def write_tiny_sft_data(out: Path, train_path: Path) -> tuple[str, str]:
     """Two JSONL files of correct tiny-task traces for the two SFT stages: disjoint slices of the
     training split (the held-out problems never appear in it)."""
-    from launch.worlds.tiny.task import read_problems
-    from rewards.problems import write_jsonl
-
     train = read_problems(train_path)
     if len(train) < 2 * TINY_SFT_EXAMPLES:
         raise ValueError(f"{train_path}: {len(train)} problems, the two SFT stages need {2 * TINY_SFT_EXAMPLES}")
@@ -55,8 +57,6 @@ def write_tiny_sft_data(out: Path, train_path: Path) -> tuple[str, str]:
 
 def final_weights(run_path: Path) -> Path:
     """The HF directory of a finished RL run's newest committed checkpoint."""
-    from learner.checkpoint import latest_checkpoint
-
     ckpt = latest_checkpoint(run_path)
     if ckpt is None or not (ckpt / "hf" / "config.json").exists():
         raise FileNotFoundError(f"{run_path}: no committed checkpoint with hf/ weights")
@@ -78,8 +78,6 @@ def _eval_figures(row: dict) -> dict:
 
 
 def _echo(cmd: list[str]) -> None:
-    from launch.config.redact import redact      # --rl_args may carry --buffer.redis_url with its password
-
     print(f"[pipeline] {shlex.join(redact(cmd))}", flush=True)
 
 
@@ -125,15 +123,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--prime_args", default="", help="extra options of the PRIME stage")
     ap.add_argument("--rloo_args", default="", help="extra options of the RLOO stage")
     args = ap.parse_args(argv)
-    from launch.config.install_check import require_own_packages
-
     require_own_packages()
     if not args.tiny and (args.model_dir is None or args.sft1_data is None or args.sft2_data is None):
         ap.error("--model_dir, --sft1_data and --sft2_data are required unless --tiny")
     args.out.mkdir(parents=True, exist_ok=True)
     base = args.model_dir
     if args.tiny:
-        from launch.worlds.tiny.build import ensure_tiny_world
+        from launch.worlds.tiny.build import ensure_tiny_world    # only with --tiny: it imports torch
         world = ensure_tiny_world()
         base = base or str(world.model_dir)
         if args.sft1_data is None or args.sft2_data is None:

@@ -16,6 +16,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from launch.worlds.cache import World, ensure_world, sha256_file
+from launch.worlds.code import CHAT_TEMPLATE, VOCAB_SIZE
+from launch.worlds.code.model import init_code_model
+from launch.worlds.code.task import make_splits
+from launch.worlds.code.warmup import prompt_text, sample, warm_up
+from launch.worlds.tokenizer import train_tokenizer
+from rewards.problems import load_problems, write_jsonl
+from rewards.scoring import score_group
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 
@@ -23,10 +30,6 @@ BUILD_VERSION = 1  # bump when anything below changes what gets built
 def measure(model, tok, items, path: Path, seed: int) -> dict:
     """Accuracy per kind under the run's own rewards (rewards.scoring: math-verify, the sandbox), on the
     problems as a run loads them from ``path`` (the verl rows of ``items``)."""
-    from launch.worlds.code.warmup import sample
-    from rewards.problems import load_problems
-    from rewards.scoring import score_group
-
     problems = load_problems(path)
     assert [p.id for p in problems] == [f"{path.stem}-{i.id}" for i in items], "not the measured split"
     texts = sample(model, tok, items, seed)
@@ -43,12 +46,6 @@ def measure(model, tok, items, path: Path, seed: int) -> dict:
 def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, log) -> dict:
     import torch
 
-    from launch.worlds.code import CHAT_TEMPLATE, VOCAB_SIZE
-    from launch.worlds.code.model import init_code_model
-    from launch.worlds.code.task import make_splits
-    from launch.worlds.code.warmup import prompt_text, warm_up
-    from launch.worlds.tokenizer import train_tokenizer
-    from rewards.problems import write_jsonl
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()

@@ -21,6 +21,12 @@ from pathlib import Path
 
 from launch.worlds.cache import World, ensure_world, sha256_file
 from launch.worlds.reasoning import STAGE_BUDGETS
+from launch.worlds.reasoning.model import init_reasoning_model
+from launch.worlds.reasoning.sampling import sample_stats
+from launch.worlds.reasoning.task import make_splits, write_splits
+from launch.worlds.reasoning.warmup import Encoder, warm_up
+from launch.worlds.tiny.build import VOCAB_SIZE
+from launch.worlds.tokenizer import train_tokenizer
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 FILES = ("model/tokenizer.json", "model/model.safetensors", "data/train.jsonl", "data/val.jsonl")
@@ -36,12 +42,6 @@ def _length_summary(lengths: list[int]) -> dict:
 def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, n_val: int, log) -> dict:
     import torch
 
-    from launch.worlds.reasoning.model import init_reasoning_model
-    from launch.worlds.reasoning.sampling import sample_stats
-    from launch.worlds.reasoning.task import make_splits, write_splits
-    from launch.worlds.reasoning.warmup import Encoder, warm_up
-    from launch.worlds.tiny.build import VOCAB_SIZE
-    from launch.worlds.tokenizer import train_tokenizer
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()

@@ -24,8 +24,21 @@ from dataclasses import asdict
 from pathlib import Path
 
 from launch.worlds.cache import World, ensure_world, sha256_file
+from launch.worlds.reasoning.model import init_reasoning_model
+from launch.worlds.reasoning.task import write_splits
 from launch.worlds.routes import STAGE_BUDGETS
-from launch.worlds.routes.task import ROUTES_TEACHER, SLIPS_TEACHER, Teacher
+from launch.worlds.routes.sampling import sample_stats
+from launch.worlds.routes.task import (
+    make_splits,
+    route_entropy_nats,
+    ROUTES_TEACHER,
+    sample_trace,
+    SLIPS_TEACHER,
+    Teacher,
+)
+from launch.worlds.routes.warmup import warm_up
+from launch.worlds.tiny.build import VOCAB_SIZE
+from launch.worlds.tokenizer import train_tokenizer
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 SLIPS_BUILD_VERSION = 1     # the same for the slips world
@@ -67,8 +80,6 @@ def summary_lines(m: dict) -> list[str]:
 
 def _data_figures(train, tok, seed: int, teacher: Teacher) -> dict:
     """What the SFT data look like: response tokens per k and the entropy of their route choices per token."""
-    from launch.worlds.routes.task import route_entropy_nats, sample_trace
-
     rng = random.Random(seed)
     by_k: dict[int, list[int]] = {}
     for p in train[:3000]:
@@ -83,13 +94,6 @@ def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float |
            teacher: Teacher = ROUTES_TEACHER, checks: dict | None = None) -> dict:
     import torch
 
-    from launch.worlds.reasoning.model import init_reasoning_model
-    from launch.worlds.routes.sampling import sample_stats
-    from launch.worlds.reasoning.task import write_splits
-    from launch.worlds.routes.task import make_splits, sample_trace
-    from launch.worlds.routes.warmup import warm_up
-    from launch.worlds.tiny.build import VOCAB_SIZE
-    from launch.worlds.tokenizer import train_tokenizer
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()

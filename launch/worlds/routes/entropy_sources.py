@@ -30,7 +30,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from launch.worlds.routes.task import LINE, SumProblem
+from launch.worlds import entry, load
+from launch.worlds.routes import STAGE_BUDGETS
+from launch.worlds.routes.task import LINE, SumProblem, read_jsonl
+from launch.worlds.sampling import generate_batched
 
 CLASSES = ("direction", "form", "check", "separator", "arithmetic", "structure", "unparsed")
 # the parts whose choice changes how often a response ends right (the world's manifest: routes and
@@ -105,7 +108,6 @@ def measure(model_dir: Path, problems: list[SumProblem], *, seed: int, temperatu
     import torch
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
-    from launch.worlds.sampling import generate_batched
 
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -136,10 +138,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None,
                     help="also write {'seed', 'temperature', 'models': [...], 'splits': [...]} here")
     args = ap.parse_args(argv)
-    from launch.worlds.routes import STAGE_BUDGETS
-    from launch.worlds import entry, load
-    from launch.worlds.routes.task import read_jsonl
-
     world = load(entry(args.world).build)()
     problems = read_jsonl(world.val_path)
     models, splits = args.model or [world.model_dir], []

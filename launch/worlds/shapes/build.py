@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from launch.worlds.cache import World, ensure_world
+from launch.worlds.tiny.task import make_splits, write_jsonl
 
 BUILD_VERSION = 1
 VOCAB_SIZE = 151_936            # Qwen2.5-0.5B's config.vocab_size
@@ -103,7 +104,6 @@ def _build(out: Path, seed: int, log) -> dict:
     import torch
     from transformers import Qwen2ForCausalLM
 
-    from launch.worlds.tiny.task import make_splits, write_jsonl
 
     t0 = time.monotonic()
     train, _ = make_splits(seed)

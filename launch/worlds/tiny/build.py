@@ -14,6 +14,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from launch.worlds.cache import World, ensure_world, sha256_file
+from launch.worlds.tiny.model import init_tiny_model
+from launch.worlds.tiny.task import make_splits, write_jsonl
+from launch.worlds.tiny.warmup import warm_up
+from launch.worlds.tokenizer import train_tokenizer
 
 BUILD_VERSION = 1  # bump when anything below changes what gets built
 VOCAB_SIZE = 320   # the BPE vocabulary (launch.worlds.tokenizer); the reasoning world's too
@@ -22,10 +26,6 @@ VOCAB_SIZE = 320   # the BPE vocabulary (launch.worlds.tokenizer); the reasoning
 def _build(out: Path, seed: int, max_warmup_steps: int, target_accuracy: float, log) -> dict:
     import torch
 
-    from launch.worlds.tiny.model import init_tiny_model
-    from launch.worlds.tiny.task import make_splits, write_jsonl
-    from launch.worlds.tiny.warmup import warm_up
-    from launch.worlds.tokenizer import train_tokenizer
 
     torch.set_num_threads(2)  # fixed thread count: the same float reductions on every machine
     t0 = time.monotonic()

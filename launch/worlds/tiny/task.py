@@ -13,8 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from rewards import problems as problems_io
-from rewards.problems import Problem as EvalProblem
-from rewards.problems import load_problems
+from rewards.problems import Problem as EvalProblem, load_problems
 
 PROMPT_TEMPLATE = "Q: {problem}\nA: "
 DATA_SOURCE = "tiny_arith"
