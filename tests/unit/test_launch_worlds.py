@@ -41,3 +41,10 @@ def test_world_data_prefers_what_the_run_names(tiny_world):
     mine = DataConfig(model_dir="/m", train_path="/t.jsonl", eval_path="/e.jsonl")
     assert world_data("tiny", mine) == ("/m", "/t.jsonl", "/e.jsonl", "Q: {problem}\nA: ")
     assert entry("shapes").evaluates is False and entry("tiny").evaluates   # the shapes world has no eval split
+
+
+def test_an_estimator_without_a_measured_tiny_lr_still_scales():
+    """A new advantage estimator must not break --tiny / --code until its lr is measured: it starts from GRPO's."""
+    from launch.worlds.tiny.scale import TINY_LR, tiny_lr
+
+    assert tiny_lr("rloo") == TINY_LR["rloo"] and tiny_lr("a-new-estimator") == TINY_LR["grpo"]

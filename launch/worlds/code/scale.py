@@ -18,7 +18,7 @@ from __future__ import annotations
 from launch.config import RunConfig, StageConfig
 from launch.worlds.code import MAX_MODEL_LEN, RESPONSE_BUDGET
 from launch.worlds.scaling import rescale, scale_batch
-from launch.worlds.tiny.scale import TINY_LR
+from launch.worlds.tiny.scale import tiny_lr
 
 CODE_ROLLOUT_UNIT = 16
 CODE_GROUP_SIZE = 8
@@ -29,7 +29,7 @@ PROMPT_TEMPLATE = "{problem}\n"   # only when a tokenizer has no chat template (
 def scale_to_code(cfg: RunConfig) -> RunConfig:
     batch = scale_batch(cfg.learner.batch, CODE_ROLLOUT_UNIT)
     stages = [StageConfig(max_tokens=RESPONSE_BUDGET, steps=s.steps and max(s.steps // 20, 1)) for s in cfg.data.stages]
-    learner = dict(lr=TINY_LR[cfg.learner.advantage.estimator] / batch.n_sgd ** 0.5, warmup_steps=10,
+    learner = dict(lr=tiny_lr(cfg.learner.advantage.estimator) / batch.n_sgd ** 0.5, warmup_steps=10,
                    weight_decay=0.0, micro_batch_tokens=4096, checkpoint_every=5, block_ms=200)
     return rescale(cfg, "code", batch, stages=stages, max_steps=CODE_MAX_STEPS, learner=learner,
                    actors=dict(max_model_len=MAX_MODEL_LEN, dtype="float32"),

@@ -33,9 +33,15 @@ TINY_PRM_LR = 1e-4             # PRIME's PRM in the tiny world (measured, module
 TINY_PRIME_LR = 1e-5           # the policy under PRIME in the tiny world (measured, module docstring)
 
 
+def tiny_lr(estimator: str) -> float:
+    """The policy lr of an advantage estimator in the tiny worlds; one not measured yet starts from GRPO's, so a
+    new estimator runs in --tiny / --code at once (measure it and add its entry to TINY_LR)."""
+    return TINY_LR.get(estimator, TINY_LR["grpo"])
+
+
 def scale_to_tiny(cfg: RunConfig) -> RunConfig:
     batch = scale_batch(cfg.learner.batch, TINY_ROLLOUT_UNIT)
-    learner = dict(lr=TINY_LR[cfg.learner.advantage.estimator] / batch.n_sgd ** 0.5, warmup_steps=10,
+    learner = dict(lr=tiny_lr(cfg.learner.advantage.estimator) / batch.n_sgd ** 0.5, warmup_steps=10,
                    weight_decay=0.0, micro_batch_tokens=4096, checkpoint_every=5, block_ms=200)
     if cfg.learner.prime is not None:
         learner.update(lr=TINY_PRIME_LR / batch.n_sgd ** 0.5,
