@@ -1,25 +1,28 @@
-"""Learner train-path throughput vs a bare DeepSpeed loop on the same batches (target ratio >= 0.95).
+"""Learner train-path throughput: packed vs padded micro-batches, each against a bare DeepSpeed loop.
 
     .venv/bin/python bench/learner_throughput.py                         # tiny world model, a tiny run's update
+    .venv/bin/python bench/learner_throughput.py --shape long-tail --hidden 256 --layers 4 --vocab 8192
     .venv/bin/python bench/learner_throughput.py --shape small-batches   # 32 longer rows, 1024-token micro-batches
-    .venv/bin/python bench/learner_throughput.py --shape small-batches --hidden 256 --layers 4 --vocab 8192 --seq-len 256
-    .venv/bin/python bench/learner_throughput.py --device cuda --shape small-batches --hidden 1024 --layers 8 --vocab 32768
+    .venv/bin/python bench/learner_throughput.py --device cuda --shape long-tail --hidden 1536 --layers 28 --vocab 151936
 
 "ours" = ``RankEngine.train_update``: collate, chunked log-prob + entropy from logits / tau,
 token-level clipped PPO loss with global token normalisation, hand-set accumulation boundary,
-DeepSpeed backward + step (clip 1.0, AdamW). "bare" = the same DeepSpeed config, model and
-micro-batches (collated once, up front) with a summed cross-entropy over the same response
-tokens / T (in fp32 under ZeRO-0 ours clips the gradient itself and DeepSpeed's clipping is off, so
-bare does not clip: ~0.3 ms of ours). Both run in this process as a one-rank gloo (or nccl) group. ``--rounds`` paired
-rounds, each ``--updates`` updates of both sides interleaved (ours, bare, bare, ours, ...) so load
-from other processes hits both alike; a round's ratio is bare's median update time over ours, and
-the figure is the median ratio over the rounds with its spread (``bench/paired.py``).
-Throughput = loss (response) tokens per second.
+DeepSpeed backward + step (clip 1.0, AdamW), once with ``learner.packing`` on (the rows of a
+micro-batch end to end, micro-batches filled to a budget of real tokens) and once off (rows padded to
+the micro-batch's longest). "bare" = the same DeepSpeed config, model and micro-batches of the same
+layout (collated once, up front) with a summed cross-entropy over the same response tokens / T (in
+fp32 under ZeRO-0 ours clips the gradient itself and DeepSpeed's clipping is off, so bare does not
+clip: ~0.3 ms of ours). All run in this process as a one-rank gloo (or nccl) group. ``--rounds``
+paired rounds, each ``--updates`` updates of every side interleaved (the order rotates) so load from
+other processes hits them alike; each figure is the median over the rounds of a per-round ratio of
+median update times, with its spread (``bench/paired.py``). Throughput = useful (response, non-pad)
+tokens per second. Printed: packed/padded (ours), and ours/bare for each layout.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -36,10 +39,21 @@ from bench.paired import ROUNDS, ratio_line  # noqa: E402
 # 4096-token micro-batches (``launch.worlds.tiny.scale``): 2 micro-batches. ``small-batches``: the
 # bench's default until 2026-11-28, 32 responses of 32-64 tokens in 1024-token micro-batches (3), where
 # the per-micro-batch overhead (metrics, small ops) weighs ~4x more per token than in a tiny run.
+# ``long-tail``: a reasoning run's lengths at a 1024-token budget, drawn log-normal with the median at a third
+# of the budget and a tail to it (clipped to [8, budget]), 64 rows in 8192-token micro-batches.
 SHAPES = {
-    "tiny-run": {"rows": 512, "prompt_len": 5, "seq_len": 12, "micro_batch_tokens": 4096},
-    "small-batches": {"rows": 32, "prompt_len": 16, "seq_len": 64, "micro_batch_tokens": 1024},
+    "tiny-run": {"rows": 512, "prompt_len": 5, "seq_len": 12, "micro_batch_tokens": 4096, "lengths": "uniform"},
+    "small-batches": {"rows": 32, "prompt_len": 16, "seq_len": 64, "micro_batch_tokens": 1024, "lengths": "uniform"},
+    "long-tail": {"rows": 64, "prompt_len": 32, "seq_len": 1024, "micro_batch_tokens": 8192, "lengths": "long-tail"},
 }
+
+
+def response_lengths(rng, args) -> list[int]:
+    """uniform: in [seq_len / 2, seq_len]; long-tail: log-normal, median seq_len / 3, clipped to [8, seq_len]."""
+    if args.lengths == "long-tail":
+        drawn = rng.lognormal(mean=math.log(args.seq_len / 3), sigma=0.6, size=args.rows)
+        return [int(n) for n in drawn.clip(8, args.seq_len)]
+    return [int(n) for n in rng.integers(args.seq_len // 2, args.seq_len + 1, args.rows)]
 
 
 def parse() -> argparse.Namespace:
@@ -53,6 +67,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--prompt-len", type=int, default=None)
     ap.add_argument("--seq-len", type=int, default=None, help="max response length (lengths uniform in [len/2, len])")
     ap.add_argument("--micro-batch-tokens", type=int, default=None)
+    ap.add_argument("--lengths", choices=("uniform", "long-tail"), default=None, help="how response lengths are drawn")
     ap.add_argument("--updates", type=int, default=6, help="timed updates per side in each round")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="paired rounds; the median ratio and its spread count")
     ap.add_argument("--entropy-coef", type=float, default=1e-3, help="alpha > 0 also backprops the entropy")
@@ -86,6 +101,9 @@ def model_dir(args: argparse.Namespace, tmp: str) -> tuple[str, int]:
     return tmp, args.vocab
 
 
+SIDES = ("ours packed", "bare packed", "ours padded", "bare padded")
+
+
 def main() -> None:
     args = parse()
     import numpy as np
@@ -102,27 +120,27 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="lagrl-bench-")
     mdir, vocab = model_dir(args, tmp)
-    cfg = LearnerConfig(lr=1e-5, batch=BatchConfig(rollout_batch=1, mini_batch=1), device=args.device,
-                        micro_batch_tokens=args.micro_batch_tokens)
-    ours = RankEngine(cfg, mdir, 0, 1, args.device, group_size=args.rows)   # one group of all rows
-    bare_model = load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False)
-    bare, *_ = build_engine(bare_model, cfg, ours.ds_config, args.device)   # the same optimizer as ours
-
     rng = np.random.default_rng(0)
     rows = [Row(prompt_ids=rng.integers(2, vocab, args.prompt_len).astype(np.int32),
-                response_ids=rng.integers(2, vocab, int(n)).astype(np.int32),
-                old_logprobs=np.full(int(n), -np.log(vocab), np.float32), advantage=float(rng.normal()),
+                response_ids=rng.integers(2, vocab, n).astype(np.int32),
+                old_logprobs=np.full(n, -np.log(vocab), np.float32), advantage=float(rng.normal()),
                 version_start=0, version_end=0, group_index=0)
-            for n in rng.integers(args.seq_len // 2, args.seq_len + 1, args.rows)]
-    mbs = plan_update(rows, list(range(len(rows))), args.micro_batch_tokens, 1)[0]
+            for n in response_lengths(rng, args)]
     tokens = sum(r.loss_tokens for r in rows)
-    collated = [collate(rows, idx) for idx in mbs]
-
-    def step_ours() -> None:
-        ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, args.entropy_coef, required_lag=None)
-
-    def step_bare() -> None:
-        bare_update(bare, collated, tokens)
+    steps, shapes = {}, {}
+    for layout in ("packed", "padded"):
+        cfg = LearnerConfig(lr=1e-5, batch=BatchConfig(rollout_batch=1, mini_batch=1), device=args.device,
+                            micro_batch_tokens=args.micro_batch_tokens, packing="on" if layout == "packed" else "off")
+        ours = RankEngine(cfg, mdir, 0, 1, args.device, group_size=args.rows)   # one group of all rows
+        bare_model = load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False, ours.attention)
+        bare, *_ = build_engine(bare_model, cfg, ours.ds_config, args.device)   # the same optimizer as ours
+        mbs = plan_update(rows, list(range(len(rows))), args.micro_batch_tokens, 1, cfg.packed)[0]
+        collated = [collate(rows, idx, packed=cfg.packed) for idx in mbs]
+        steps[f"ours {layout}"] = (lambda o=ours, m=mbs, c=cfg: o.train_update(rows, m, o.version, c.loss, 1.0,
+                                                                              args.entropy_coef, required_lag=None))
+        steps[f"bare {layout}"] = lambda b=bare, c=collated: bare_update(b, c, tokens)
+        shapes[layout] = (len(mbs), sum(mb.input_ids.numel() for mb in collated if mb.packed is None)
+                          or sum(mb.packed.input_ids.numel() for mb in collated))
 
     def timed(fn) -> float:
         if args.device == "cuda":
@@ -133,26 +151,33 @@ def main() -> None:
             torch.cuda.synchronize()
         return time.perf_counter() - t
 
-    step_ours(), step_bare()                          # warm-up: allocator, optimizer state
+    for side in SIDES:
+        steps[side]()                                 # warm-up: allocator, optimizer state
     from actors.cluster.heap import freeze_startup_heap
     if not args.no_freeze:
         freeze_startup_heap()                         # as a learner rank does once its engine is built
-    n_params = sum(p.numel() for p in ours.engine.module.parameters())
-    print(f"model {n_params / 1e6:.2f}M params, vocab {vocab}, {len(rows)} rows, {tokens} loss tokens/update, "
-          f"{len(mbs)} micro-batches, threads {torch.get_num_threads()}, device {args.device}", flush=True)
-    ratios = []
+    print(f"model {mdir}, vocab {vocab}, {len(rows)} rows, {tokens} loss tokens/update "
+          f"(responses: median {int(np.median([r.loss_tokens for r in rows]))}, max {max(r.loss_tokens for r in rows)}), "
+          f"packed {shapes['packed'][0]} micro-batches / {shapes['packed'][1]} tokens read, padded "
+          f"{shapes['padded'][0]} / {shapes['padded'][1]}, threads {torch.get_num_threads()}, device {args.device}",
+          flush=True)
+    ratios: dict[str, list[float]] = {"packed/padded": [], "packed ours/bare": [], "padded ours/bare": []}
     for rnd in range(args.rounds):
-        times: dict[str, list[float]] = {"ours": [], "bare": []}
+        times: dict[str, list[float]] = {side: [] for side in SIDES}
         for k in range(args.updates):
-            order = (("ours", step_ours), ("bare", step_bare)) if k % 2 == 0 else (("bare", step_bare), ("ours", step_ours))
-            for name, fn in order:
-                times[name].append(timed(fn))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        ratios.append(med["bare"] / med["ours"])
-        print(f"round {rnd}: ours {tokens / med['ours']:8.0f} tokens/s ({med['ours'] * 1e3:.1f} ms/update), "
-              f"bare {tokens / med['bare']:8.0f} tokens/s ({med['bare'] * 1e3:.1f} ms/update), "
-              f"ratio {ratios[-1]:.3f}", flush=True)
-    print(ratio_line("learner/bare DeepSpeed (trained tokens/s)", ratios))
+            order = SIDES[k % len(SIDES):] + SIDES[:k % len(SIDES)]       # rotated: no side always first
+            for side in order:
+                times[side].append(timed(steps[side]))
+        med = {side: statistics.median(v) for side, v in times.items()}
+        ratios["packed/padded"].append(med["ours padded"] / med["ours packed"])
+        ratios["packed ours/bare"].append(med["bare packed"] / med["ours packed"])
+        ratios["padded ours/bare"].append(med["bare padded"] / med["ours padded"])
+        print(f"round {rnd}: " + ", ".join(f"{side} {tokens / med[side]:7.0f} tok/s ({med[side] * 1e3:.0f} ms)"
+                                           for side in SIDES), flush=True)
+    print(ratio_line("learner packed/padded (useful tokens/s)", ratios["packed/padded"], target=1.5))
+    print(ratio_line("learner/bare DeepSpeed, packed (useful tokens/s)", ratios["packed ours/bare"]))
+    print(ratio_line("learner/bare DeepSpeed, padded (useful tokens/s)", ratios["padded ours/bare"]))
+
 
 if __name__ == "__main__":
     main()

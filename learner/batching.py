@@ -6,9 +6,10 @@ scored by the logits at position P + j - 1. Only response tokens are in the loss
 
 Splitting rules (what keeps the gradient independent of the split, see ``learner.loss``):
 * groups stay whole inside a mini-batch (the schedule picks groups); rows of one mini-batch
-  are then packed into micro-batches of at most ``token_budget`` padded tokens (rows x longest
-  row), longest first, so padding stays small;
-* micro-batches are dealt to data-parallel ranks balancing padded tokens; every rank gets the
+  are then put into micro-batches of at most ``token_budget`` tokens, longest first: padded
+  tokens (rows x longest row) on the padded path, real tokens when the rows are packed end to end
+  (``learner.packing``: the model then reads one sequence without padding);
+* micro-batches are dealt to data-parallel ranks balancing their tokens; every rank gets the
   *same number* of micro-batches (empty ones become a one-token dummy with an empty loss
   mask) because ZeRO-2/3 run collectives inside every backward/forward, and a rank that
   stopped early would deadlock the others.
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from buffer.messages import Group
+from learner.packing import Packed, pack
 
 
 @dataclass
@@ -66,6 +68,7 @@ class MicroBatch:
     row_index: Tensor       # (B,) int64 index into the step's rows; -1 for the dummy row
     ref_logprobs: Tensor | None = None  # (B, L) float32
     behaviour_logprobs: Tensor | None = None  # (B, L) float32 mu (the actors') once pi_old is recomputed
+    packed: Packed | None = None        # the rows end to end, for the model's forward (learner.packing)
 
     @property
     def num_loss_tokens(self) -> int:
@@ -96,26 +99,37 @@ def rows_from_groups(
     return rows
 
 
-def split_micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Pack row indices into micro-batches of <= token_budget padded tokens, longest first.
+def micro_batch_tokens(lengths: Sequence[int], packed: bool) -> int:
+    """What a micro-batch of rows this long costs: its real tokens packed, rows x longest padded."""
+    return sum(lengths) if packed else len(lengths) * max(lengths)
+
+
+def split_micro_batches(lengths: Sequence[int], token_budget: int, packed: bool = False) -> list[list[int]]:
+    """Row indices into micro-batches of <= token_budget tokens (``micro_batch_tokens``), longest first.
 
     Deterministic for given lengths (stable sort). A row longer than the budget gets a
     micro-batch of its own: sequences are never cut.
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     out: list[list[int]] = []
+    tokens = 0                          # what the open micro-batch costs so far
     for i in order:
-        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= token_budget:
+        # longest first: a padded micro-batch only grows a row wider, never longer
+        grown = (tokens + lengths[i] if packed else (len(out[-1]) + 1) * lengths[out[-1][0]]) if out else 0
+        if out and grown <= token_budget:
             out[-1].append(i)
+            tokens = grown
         else:
             out.append([i])
+            tokens = lengths[i]
     return out
 
 
-def assign_to_ranks(micro_batches: list[list[int]], lengths: Sequence[int], world: int) -> list[list[list[int]]]:
-    """Deal micro-batches to ranks balancing padded tokens; equal counts, padded with ``[]``."""
+def assign_to_ranks(micro_batches: list[list[int]], lengths: Sequence[int], world: int,
+                    packed: bool = False) -> list[list[list[int]]]:
+    """Deal micro-batches to ranks balancing their tokens; equal counts, padded with ``[]``."""
     per_rank = -(-len(micro_batches) // world) if micro_batches else 1
-    cost = [len(mb) * max(lengths[i] for i in mb) for mb in micro_batches]
+    cost = [micro_batch_tokens([lengths[i] for i in mb], packed) for mb in micro_batches]
     ranks: list[list[list[int]]] = [[] for _ in range(world)]
     load = [0] * world
     for j in sorted(range(len(micro_batches)), key=lambda j: -cost[j]):
@@ -128,16 +142,24 @@ def assign_to_ranks(micro_batches: list[list[int]], lengths: Sequence[int], worl
 
 
 def plan_update(rows: Sequence[Row], row_indices: Sequence[int], token_budget: int,
-                world: int) -> list[list[list[int]]]:
+                world: int, packed: bool = False) -> list[list[list[int]]]:
     """Rows of one mini-batch -> per rank, a list of micro-batches of step-row indices."""
     lengths = [rows[i].input_len for i in row_indices]
-    local = split_micro_batches(lengths, token_budget)
-    per_rank = assign_to_ranks(local, lengths, world)
+    local = split_micro_batches(lengths, token_budget, packed)
+    per_rank = assign_to_ranks(local, lengths, world, packed)
     return [[[row_indices[i] for i in mb] for mb in mbs] for mbs in per_rank]
 
 
-def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0) -> MicroBatch:
-    """Right-padded tensors for ``rows[indices]``; an empty ``indices`` gives a dummy micro-batch."""
+def collate(rows: Sequence[Row], indices: Sequence[int], pad_id: int = 0, packed: bool = False) -> MicroBatch:
+    """Right-padded tensors for ``rows[indices]``; an empty ``indices`` gives a dummy micro-batch. ``packed``:
+    also the rows end to end for the forward (``MicroBatch.packed``)."""
+    mb = _padded(rows, indices, pad_id)
+    if packed:
+        mb.packed = pack(mb.input_ids, mb.attention_mask, mb.targets)
+    return mb
+
+
+def _padded(rows: Sequence[Row], indices: Sequence[int], pad_id: int) -> MicroBatch:
     if not indices:
         z = torch.zeros(1, 1, dtype=torch.long)
         f = torch.zeros(1, 1, dtype=torch.float32)

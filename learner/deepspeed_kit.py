@@ -96,11 +96,15 @@ def resolve_dtype(cfg: LearnerConfig, device: str) -> torch.dtype:
     return torch.bfloat16 if cfg.dtype == "bf16" else torch.float32
 
 
-def load_hf_model(model_dir: str | Path, dtype: torch.dtype, gradient_checkpointing: bool):
-    """An HF causal LM to train: no KV cache, activation checkpointing when asked (non-reentrant)."""
+def load_hf_model(model_dir: str | Path, dtype: torch.dtype, gradient_checkpointing: bool,
+                  attention: str | None = None):
+    """An HF causal LM to train: no KV cache, activation checkpointing when asked (non-reentrant);
+    ``attention``: an attention implementation (``learner.packing.attention_implementation`` for packed
+    micro-batches; None = transformers' default)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype)
+    kwargs = {} if attention is None else {"attn_implementation": attention}
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, **kwargs)
     model.config.use_cache = False
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -238,13 +242,18 @@ def optimizer_step(engine, cfg: LearnerConfig, device: str) -> tuple[float, floa
 def bare_update(engine, micro_batches: list, loss_tokens: int) -> None:
     """One update of the bare library, the reference the learner benchmark and the GPU smoke compare
     ``RankEngine.train_update`` against: DeepSpeed forward, a summed token cross-entropy over the
-    collated micro-batches (``learner.batching.collate``) divided by the update's loss tokens, one step."""
+    collated micro-batches (``learner.batching.collate``, padded or packed) divided by the update's loss
+    tokens, one step."""
     dev = engine.device
     for i, mb in enumerate(micro_batches):
         engine.set_gradient_accumulation_boundary(i == len(micro_batches) - 1)
-        logits = engine(input_ids=mb.input_ids.to(dev), attention_mask=mb.attention_mask.to(dev),
-                        use_cache=False).logits                                              # (B, L, V)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), mb.targets.to(dev).flatten(),
+        if mb.packed is not None:       # the rows end to end (learner.packing), the model loaded to read them so
+            logits, targets = engine(**mb.packed.model_kwargs(dev), use_cache=False).logits, mb.packed.targets  # (1, N, V)
+        else:
+            logits = engine(input_ids=mb.input_ids.to(dev), attention_mask=mb.attention_mask.to(dev),
+                            use_cache=False).logits                                          # (B, L, V)
+            targets = mb.targets
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.to(dev).flatten(),
                                                  ignore_index=-100, reduction="sum") / loss_tokens
         engine.backward(loss, scale_wrt_gas=False)
     engine.step()

@@ -42,6 +42,7 @@ from learner.deepspeed_kit import (
 )
 from learner.errors import PolicyLagError
 from learner.logprobs import logprobs_and_entropy
+from learner.packing import attention_implementation
 from learner.loss import PolicyLossInputs, deepspeed_loss_scale, policy_loss
 from learner.reduce import reduce_metrics
 from learner.trainer_config import LearnerConfig
@@ -62,6 +63,20 @@ def _behaviour_or_none(mb: MicroBatch, logp: torch.Tensor, loss_cfg: PolicyLossC
     return None
 
 
+def micro_batch_logprobs(model, mb: MicroBatch, device: torch.device, temperature: float,
+                         chunk_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropies of softmax(logits / tau) of a micro-batch's targets, (B, L) each in the padded
+    layout whether the forward ran padded or packed (``mb.packed``: the model must read packed rows,
+    ``learner.packing``)."""
+    if mb.packed is not None:
+        out = model(**mb.packed.model_kwargs(device), use_cache=False)                            # (1, N, V)
+        logp, entropy = logprobs_and_entropy(out.logits, mb.packed.targets.to(device), temperature,
+                                             chunk_size)                                          # (1, N) x2
+        return mb.packed.unpack(logp), mb.packed.unpack(entropy)                                  # (B, L) x2
+    out = model(input_ids=mb.input_ids.to(device), attention_mask=mb.attention_mask.to(device), use_cache=False)
+    return logprobs_and_entropy(out.logits, mb.targets.to(device), temperature, chunk_size)      # (B, L) x2
+
+
 class RankEngine:
     """A DeepSpeed engine plus the learner's update/scoring/publishing logic for one rank."""
 
@@ -74,7 +89,9 @@ class RankEngine:
         dtype = resolve_dtype(cfg, device)
         self.ds_config = deepspeed_config(cfg, world, device, group_size)
         self._hf_ds = zero3_init_context(self.ds_config) if cfg.zero_stage == 3 else None
-        model = load_hf_model(model_dir, dtype, cfg.gradient_checkpointing)
+        # packed micro-batches need an attention that keeps the rows apart (the reference model's too)
+        self.attention = attention_implementation(device) if cfg.packed else None
+        model = load_hf_model(model_dir, dtype, cfg.gradient_checkpointing, self.attention)
         self.pad_id = int(model.config.pad_token_id or 0)
         self.vocab_size = int(model.config.vocab_size)
         self.engine, self.scheduler, self.optimizer_name = build_engine(
@@ -85,11 +102,7 @@ class RankEngine:
     # --- forward ------------------------------------------------------------------------------
     def _logprobs(self, model, mb: MicroBatch, loss_cfg: PolicyLossConfig,
                   temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs and entropies of softmax(logits / tau) (chunking from the loss config)."""
-        out = model(input_ids=mb.input_ids.to(self.device), attention_mask=mb.attention_mask.to(self.device),
-                    use_cache=False)
-        return logprobs_and_entropy(out.logits, mb.targets.to(self.device), temperature,  # (B, L) x2
-                                    loss_cfg.logprob_chunk_size)
+        return micro_batch_logprobs(model, mb, self.device, temperature, loss_cfg.logprob_chunk_size)
 
     @torch.no_grad()
     def score_rows(self, rows: Sequence[Row], micro_batches: Sequence[Sequence[int]], loss_cfg: PolicyLossConfig,
@@ -101,7 +114,7 @@ class RankEngine:
         model = self.engine if which == "policy" else self._reference()
         out: dict[int, np.ndarray] = {}
         for idx in micro_batches:
-            mb = collate(rows, idx, self.pad_id)
+            mb = collate(rows, idx, self.pad_id, self.cfg.packed)
             logp, _ = self._logprobs(model, mb, loss_cfg, temperature)
             out |= scatter_row_values(mb, logp)
         return out
@@ -111,7 +124,7 @@ class RankEngine:
         ZeRO-3 it costs a whole model per rank; the KL term is off by default)."""
         if self.reference is None:
             with without_zero3_init(self._hf_ds):
-                self.reference = load_hf_model(self.model_dir, self.dtype, False).to(self.device).eval()
+                self.reference = load_hf_model(self.model_dir, self.dtype, False, self.attention).to(self.device).eval()
             self.reference.requires_grad_(False)
         return self.reference
 
@@ -144,7 +157,7 @@ class RankEngine:
         """
         if version != self.version:
             raise RuntimeError(f"rank {self.rank} is at version {self.version}, coordinator expected {version}")
-        mbs = [collate(rows, idx, self.pad_id) for idx in micro_batches]
+        mbs = [collate(rows, idx, self.pad_id, self.cfg.packed) for idx in micro_batches]
         n_bad, detail = self._lag_violations(mbs, required_lag) if required_lag is not None else (0, "")
         # one collective for T_global and the lag check, so every rank raises together (a rank
         # raising alone would leave the others blocked in the next collective)

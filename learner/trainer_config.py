@@ -114,9 +114,14 @@ class LearnerConfig(BaseModel):
     dtype: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="Training precision: 'auto' = bf16 on GPU, fp32 on CPU.")
     micro_batch_tokens: int = Field(
-        16384, ge=1, description="Token budget of one micro-batch (rows x padded length, per "
-        "rank); a mini-batch is split into as many micro-batches as needed, with gradients "
+        16384, ge=1, description="Token budget of one micro-batch per rank (real tokens when packing, rows x "
+        "padded length otherwise); a mini-batch is split into as many micro-batches as needed, with gradients "
         "accumulated and normalised by the global token count.")
+    packing: Literal["on", "off"] = Field(
+        "on", description="'on': a micro-batch's rows go through the model end to end in one sequence, attention "
+        "kept inside each row (learner.packing: flash-attn's varlen kernel on CUDA when installed, re-padded SDPA "
+        "otherwise), so no compute goes to pad tokens; the loss, its normalisation and every metric are the "
+        "padded path's. 'off': rows padded to the micro-batch's longest (the path before packing).")
     gradient_checkpointing: bool = Field(False, description="HF activation checkpointing "
                                          "(recompute activations in backward; less memory, ~30% slower).")
 
@@ -185,6 +190,11 @@ class LearnerConfig(BaseModel):
     def fixed_lag(self) -> int | None:
         """k of fixed:k (0 included), else None."""
         return self.lag.fixed_lag
+
+    @property
+    def packed(self) -> bool:
+        """Micro-batches go through the model packed (``packing`` on)."""
+        return self.packing == "on"
 
     @property
     def versions_needed(self) -> int:

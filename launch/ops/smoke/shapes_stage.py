@@ -203,10 +203,10 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
         torch.cuda.reset_peak_memory_stats()
     ours = RankEngine(cfg, str(mdir), 0, 1, ctx.device, group_size=plan.rows)
     rows = synthetic_rows(ours.vocab_size, plan.rows, plan.prompt_tokens, plan.response_tokens)
-    mbs = plan_update(rows, list(range(len(rows))), cfg.micro_batch_tokens, 1)[0]
+    mbs = plan_update(rows, list(range(len(rows))), cfg.micro_batch_tokens, 1, cfg.packed)[0]
     tokens = sum(r.loss_tokens for r in rows)
     ours_times = timed(lambda: ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, 0.0, required_lag=None))
-    optimizer, ds_config, dtype = optimizer_name(ours.engine), ours.ds_config, ours.dtype
+    optimizer, ds_config, dtype, attention = optimizer_name(ours.engine), ours.ds_config, ours.dtype, ours.attention
     ours_peak = peak()
     # ZeRO's gradient hooks live in autograd's C++ nodes, out of the garbage collector's sight: without
     # destroy() the engine outlives its last reference and the bare engine has to fit beside it
@@ -216,9 +216,9 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
     if ctx.cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    model = load_hf_model(str(mdir), dtype, True)
+    model = load_hf_model(str(mdir), dtype, True, attention)             # the same rows' layout as ours
     bare, *_ = build_engine(model, cfg, ds_config, ctx.device)          # the same optimizer as ours
-    collated = [collate(rows, idx) for idx in mbs]
+    collated = [collate(rows, idx, packed=cfg.packed) for idx in mbs]
     bare_times = timed(lambda: bare_update(bare, collated, tokens))
     bare_peak = peak()
     bare.destroy()
