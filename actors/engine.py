@@ -74,7 +74,7 @@ def build_llm(cfg: ActorConfig, model_dir: str, seed: int, max_num_seqs: int, **
         disable_log_stats=True,
     )
     kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization if _on_gpu(cfg) else cfg.cpu_memory_utilization
-    cap = kv_cache_cap_bytes(cfg, model_dir, max_num_seqs, dtype, _gpu_total_bytes()) if _on_gpu(cfg) else None
+    cap = kv_cache_cap_bytes(cfg, model_dir, max_num_seqs, dtype, gpu_total_bytes()) if _on_gpu(cfg) else None
     if cap is None or "kv_cache_memory_bytes" in extra:
         return LLM(**kwargs, **extra)
     try:
@@ -118,13 +118,18 @@ def kv_cache_cap_bytes(cfg: ActorConfig, model_dir: str, max_num_seqs: int, dtyp
     return cap if cap < gpu_total_bytes * cfg.gpu_memory_utilization / 4 else None
 
 
-def _gpu_total_bytes() -> int | None:
-    """This process's GPU's memory, from vLLM's platform (through NVML where vLLM has it: no CUDA context)."""
+def gpu_total_bytes() -> int | None:
+    """This process's GPU's memory, from vLLM's platform (through NVML where vLLM has it: no CUDA context).
+    None, said loudly, when it cannot be read: the KV cache then goes uncapped (sized by gpu_memory_utilization
+    alone), and a small model's share of a large GPU is millions of blocks, minutes of engine start."""
     try:
         from vllm.platforms import current_platform
 
         return int(current_platform.get_device_total_memory(0))
-    except Exception:
+    except Exception as exc:
+        print(f"[lagrl] WARNING: could not read the GPU's total memory ({type(exc).__name__}: {exc}); the engine's "
+              "KV cache is sized by gpu_memory_utilization alone, without the cap that keeps a small model's "
+              "start-up short (actors.engine.kv_cache_cap_bytes)", flush=True)
         return None
 
 

@@ -73,7 +73,23 @@ def test_build_llm_passes_the_cap_and_falls_back_where_vllm_lacks_the_setting(tm
                 raise TypeError("EngineArgs.__init__() got an unexpected keyword argument 'kv_cache_memory_bytes'")
 
     monkeypatch.setattr(vllm, "LLM", OldLLM)
-    monkeypatch.setattr(engine, "_gpu_total_bytes", lambda: 80 * GIB)
+    monkeypatch.setattr(engine, "gpu_total_bytes", lambda: 80 * GIB)
     engine.build_llm(_gpu(), _model(tmp_path, TINY), seed=0, max_num_seqs=1024)
     assert [c.get("kv_cache_memory_bytes") for c in calls] == [256 * (1 << 20), None]
     assert calls[1]["gpu_memory_utilization"] == 0.25
+
+
+def test_an_unreadable_gpu_memory_is_said_loudly_and_the_cache_goes_uncapped(monkeypatch, capsys):
+    """The fallback named: without the GPU's total the cap cannot be computed, and the engine is built without it."""
+    from vllm.platforms import current_platform
+
+    import actors.engine as engine
+
+    def broken(device_id=0):
+        raise RuntimeError("NVML: driver not loaded")
+
+    monkeypatch.setattr(current_platform, "get_device_total_memory", broken)
+    assert engine.gpu_total_bytes() is None
+    out = capsys.readouterr().out
+    assert "WARNING: could not read the GPU's total memory (RuntimeError: NVML: driver not loaded)" in out
+    assert "without the cap" in out

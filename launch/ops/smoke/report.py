@@ -1,4 +1,5 @@
-"""Stages of the smoke command: run each, print one PASS/FAIL/SKIP line, keep going, write the summary.
+"""Stages of the smoke command: run each, print one PASS/FAIL/SKIP line, keep going, write the summary
+(after every stage, so a command stopped from outside still leaves the stages that ran).
 
 A stage is a function returning a dict of figures (its ``"line"`` entry is what the console shows); it
 fails by raising, e.g. through :func:`require`. A stage that runs past its time limit is interrupted
@@ -76,12 +77,17 @@ class Report:
     def skip(self, number: int, name: str, why: str) -> None:
         self.stages[f"{number}_{name}"] = {"status": "SKIP", "why": why}
         print(f"[smoke] SKIP {number} {name}: {why}", flush=True)
+        self.write()
+
+    def time_left(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
 
     def _record(self, number: int, name: str, ok: bool, t0: float, line: str, entry: dict) -> None:
         self._restore_stdout(f"stage {number} {name}")
         seconds = time.monotonic() - t0
         self.stages[f"{number}_{name}"] = {"status": "PASS" if ok else "FAIL", "seconds": round(seconds, 1), **entry}
         print(f"[smoke] {'PASS' if ok else 'FAIL'} {number} {name} ({seconds:.1f} s): {line}", flush=True)
+        self.write()        # after every stage: a command stopped by its host's time limit still leaves what passed
 
     def _restore_stdout(self, who: str) -> None:
         """vLLM's ``suppress_stdout`` (around every gloo group it builds) points fd 1 at /dev/null and back;
