@@ -40,6 +40,7 @@ class TransportEntry:
                                             # (fixed lag k >= 1 samples with versions up to k behind)
     devices: frozenset[str] = DEVICES       # where learner rank 0 and the engines may be ("cpu", "cuda")
     shares_a_gpu: bool = True               # may run with a learner rank and engines on one GPU
+    needs_shared_gpu: bool = False          # only where the engines sit on learner rank 0's GPU
     auto_on: frozenset[str] = frozenset()   # PLACEMENTS on which `auto` prefers it (in registry order)
     aliases: tuple[str, ...] = ()           # other names the config accepts for it
     settings: str | None = None             # the ActorConfig field holding its settings (None: none)
@@ -53,6 +54,12 @@ TRANSPORTS: dict[str, TransportEntry] = {
         impl="actors.transport.object_store:RayObjectStoreTransport", title="the Ray object store",
         help="the Ray object store (CPU, multi-node, small models; keeps older versions for a fixed lag)",
         serves_older_versions=True, auto_on=frozenset({CPU, UNPLACED})),
+    "cuda_ipc": TransportEntry(
+        impl="actors.transport.cuda_ipc:CudaIpcTransport", title="CUDA IPC handles on the shared GPU",
+        help="CUDA IPC: the engines load each version from learner rank 0's staging buffer on the GPU they share "
+             "(no copy through host memory; the newest version only; one GPU)",
+        serves_older_versions=False, devices=frozenset({"cuda"}), needs_shared_gpu=True,
+        auto_on=frozenset({SHARED_GPU})),
     "collective": TransportEntry(
         impl="actors.transport.collective:CollectiveTransport", title="a collective broadcast",
         help="a collective broadcast from learner rank 0 into every engine (NCCL on GPU, gloo on CPU or a "
@@ -68,11 +75,13 @@ TransportKind = Literal[("auto", *TRANSPORTS)]          # the config's type: aut
 @dataclass(frozen=True)
 class Where:
     """Where learner rank 0 and the engines sit ("cpu" | "cuda"; None: not known yet, e.g. a learner left
-    at device 'auto' before the cluster is seen) and whether some GPU holds two of them."""
+    at device 'auto' before the cluster is seen), whether some GPU holds two of them, and how many GPUs
+    the cluster has."""
 
     learner: str | None
     engines: str | None
     shared_gpu: bool = False
+    gpus: float | None = None       # the cluster's GPUs (None: not known yet)
 
     @property
     def placement(self) -> str:
@@ -133,6 +142,12 @@ def _unfit(e: TransportEntry, kind: str, where: Where | None, versions: int) -> 
             out.append(f"the {kind} weight transport runs on {'/'.join(sorted(e.devices))}, the {side} on {device}")
     if where.shared_gpu and not e.shares_a_gpu:
         out.append(f"the {kind} weight transport cannot run with the learner and engines sharing a GPU")
+    if e.needs_shared_gpu and not where.shared_gpu and where.learner is not None and where.engines is not None:
+        out.append(f"the {kind} weight transport hands GPU memory over in place: the engines must share learner "
+                   "rank 0's GPU (fractional --learner.gpus_per_rank and --actors.num_gpus)")
+    if e.needs_shared_gpu and where.gpus is not None and where.gpus > 1:
+        out.append(f"the {kind} weight transport needs every engine on learner rank 0's GPU, and with "
+                   f"{where.gpus:g} GPUs the fractions may put them on others")
     return out
 
 

@@ -3,7 +3,9 @@ weight transport loads through one, whether the engine core runs in the actor's 
 
 - :data:`BACKEND` (``LagrlCollectiveEngine``): the collective transport's receiver;
 - :data:`SHM_BACKEND` (``LagrlShmEngine``): the object store's; the actor stages the version in
-  one shared-memory file (``actors.transport.shm``) and passes only its path and layout.
+  one shared-memory file (``actors.transport.shm``) and passes only its path and layout;
+- :data:`IPC_BACKEND` (``LagrlIpcEngine``): CUDA IPC's (``actors.transport.cuda_ipc``); the learner's
+  staging buffer on the shared GPU, opened once from its handle, each version loaded from views of it.
 
 Both are registered through vLLM's ``WeightTransferEngineFactory`` when ``actors.worker_extension``
 is imported, which vLLM does in every worker process before the model loads; each worker then
@@ -45,9 +47,11 @@ from actors.transport.channel import (
     unpack,
 )
 from actors.transport.hub import Hub
+from actors.transport.ipc_handles import open_handle
 
 BACKEND = "lagrl_collective"
 SHM_BACKEND = "lagrl_shm"
+IPC_BACKEND = "lagrl_cuda_ipc"
 # under vLLM's logger: one line per version in the engine's own log (actors.engine_logs), wherever it runs
 log = logging.getLogger("vllm.lagrl.weights")
 
@@ -86,6 +90,15 @@ class ShmUpdateInfo(WeightTransferUpdateInfo):
     nbytes: int
     plan: list = field(default_factory=list)     # plan_to_json form
     offsets: list = field(default_factory=list)  # each bucket's first byte in the file
+
+
+@dataclass
+class IpcUpdateInfo(WeightTransferUpdateInfo):
+    version: int
+    handle: str              # actors.transport.cuda_ipc.handle_of the learner's staging buffer
+    nbytes: int
+    plan: list = field(default_factory=list)     # plan_to_json form
+    offsets: list = field(default_factory=list)  # each bucket's first byte in the buffer
 
 
 def header_tensor(seq: int, version: int, gen: int, n_buckets: int, device) -> torch.Tensor:
@@ -172,6 +185,38 @@ class LagrlShmEngine(_LayerwiseReloadEngine):
         pass
 
 
+class LagrlIpcEngine(_LayerwiseReloadEngine):
+    """One per vLLM worker on the learner's GPU: loads each version from views of the learner's staging
+    buffer, opened once from its CUDA IPC handle (``actors.transport.cuda_ipc``)."""
+
+    init_info_cls = ShmInitInfo         # nothing to set up: the first update names the buffer
+    update_info_cls = IpcUpdateInfo
+
+    def __init__(self, config, vllm_config, device, model) -> None:
+        super().__init__(config, vllm_config, device, model)
+        self.opened: tuple[str, torch.Tensor] | None = None      # (handle, the buffer) kept across versions
+        self.stats: dict[str, Any] = {}
+
+    def init_transfer_engine(self, init_info: ShmInitInfo) -> None:
+        pass
+
+    def receive_weights(self, info: IpcUpdateInfo) -> None:
+        if self.opened is None or self.opened[0] != info.handle:
+            self.opened = (info.handle, open_handle(info.handle, self.device.index or 0))
+        buf = self.opened[1]
+        t0, n = time.monotonic(), 0
+        for bucket, offset in zip(plan_from_json(info.plan), info.offsets):
+            named = unpack(buf[offset:offset + bucket_nbytes(bucket)], bucket)
+            self.model.load_weights(named)
+            n += len(named)
+        self.stats = {"version": info.version, "tensors": n, "bytes": info.nbytes, "load_s": time.monotonic() - t0}
+        log.info("lagrl: loaded version %d through CUDA IPC (%d tensors, %.1f MB) in %.3f s", info.version, n,
+                 info.nbytes / 1e6, self.stats["load_s"])
+
+    def shutdown(self) -> None:
+        self.opened = None
+
+
 class LagrlCollectiveEngine(_LayerwiseReloadEngine):
     """One per vLLM worker: receives the learner's bucketed broadcasts into the running model."""
 
@@ -255,9 +300,10 @@ class LagrlCollectiveEngine(_LayerwiseReloadEngine):
 
 
 def register() -> None:
-    """Make :data:`BACKEND` and :data:`SHM_BACKEND` known to vLLM's factory in this process (idempotent)."""
+    """Make lagrl's backends known to vLLM's factory in this process (idempotent)."""
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
-    for name, engine in ((BACKEND, LagrlCollectiveEngine), (SHM_BACKEND, LagrlShmEngine)):
+    for name, engine in ((BACKEND, LagrlCollectiveEngine), (SHM_BACKEND, LagrlShmEngine),
+                         (IPC_BACKEND, LagrlIpcEngine)):
         if name not in WeightTransferEngineFactory._registry:
             WeightTransferEngineFactory.register_engine(name, engine)

@@ -87,12 +87,12 @@ def shares_gpu(learner: LearnerConfig, actors: ActorConfig, device: str) -> bool
     return device == "cuda" and engines_on_gpu(actors) and (learner.shares_gpu or actors.shares_gpu)
 
 
-def where(learner: LearnerConfig, actors: ActorConfig, device: str | None) -> Where:
+def where(learner: LearnerConfig, actors: ActorConfig, device: str | None, cluster_gpus: float | None = None) -> Where:
     """Learner rank 0 and the engines as the transport registry judges them (``device`` None: the learner's
     is not known yet, and a shared GPU is assumed wherever fractions could put two on one)."""
     shared = (shares_gpu(learner, actors, device) if device is not None else
               engines_on_gpu(actors) and (learner.shares_gpu or actors.shares_gpu))
-    return Where(device, "cuda" if engines_on_gpu(actors) else "cpu", shared)
+    return Where(device, "cuda" if engines_on_gpu(actors) else "cpu", shared, cluster_gpus)
 
 
 def _share_desc(learner: LearnerConfig, actors: ActorConfig) -> str:
@@ -167,7 +167,7 @@ def cluster_problems(cfg: Placement, cluster_gpus: float) -> list[str]:
                         f"{actors.num_gpus * actors.tensor_parallel_size:g} GPU need {needed} GPU(s), the cluster "
                         f"has {cluster_gpus:g}: {fix}")
     if actors.weight_transport != "auto":      # the learner's device is known now
-        problems += registry.refusals(actors.weight_transport, where(learner, actors, device),
+        problems += registry.refusals(actors.weight_transport, where(learner, actors, device, cluster_gpus),
                                       learner.versions_needed)
     return problems
 
@@ -182,7 +182,7 @@ def choose_transport(cfg: Placement, cluster_gpus: float) -> TransportChoice:
     ``auto_kind``; an explicit kind kept, with its backend made concrete)."""
     learner, actors = cfg.learner, cfg.actors
     device = learner_device(learner, cluster_gpus)
-    at = where(learner, actors, device)
+    at = where(learner, actors, device, cluster_gpus)
     kind = actors.weight_transport
     if kind == "auto":
         kind = registry.auto_kind(at, learner.versions_needed)

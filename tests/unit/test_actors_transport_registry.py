@@ -31,7 +31,7 @@ class FakeTransport:
 # CUDA IPC-like: GPU only, fine on a shared GPU, the newest version only, auto's choice on a shared GPU
 IPC = TransportEntry(impl=f"{__name__}:FakeTransport", title="a fake CUDA IPC handle", help="test only",
                      serves_older_versions=False, devices=frozenset({"cuda"}), shares_a_gpu=True,
-                     auto_on=frozenset({SHARED_GPU}), aliases=("cuda_ipc",))
+                     auto_on=frozenset({SHARED_GPU}), aliases=("fake_ipc",))
 # needs GPUs of its own
 WHOLE = TransportEntry(impl=f"{__name__}:FakeTransport", title="a fake whole-GPU link", help="test only",
                        serves_older_versions=False, devices=frozenset({"cuda"}), shares_a_gpu=False)
@@ -42,8 +42,10 @@ HOST = TransportEntry(impl=f"{__name__}:FakeTransport", title="a fake host pipe"
 
 @pytest.fixture
 def fakes(monkeypatch):
-    """ipc first (auto prefers the first fitting entry), the others last."""
-    monkeypatch.setattr(registry, "TRANSPORTS", {"ipc": IPC, **registry.TRANSPORTS, "whole": WHOLE, "host": HOST})
+    """ipc first (auto prefers the first fitting entry), the others last; the real cuda_ipc left out (the fake
+    stands in for a transport the registry does not have yet)."""
+    real = {k: e for k, e in registry.TRANSPORTS.items() if k != "cuda_ipc"}
+    monkeypatch.setattr(registry, "TRANSPORTS", {"ipc": IPC, **real, "whole": WHOLE, "host": HOST})
 
 
 def run(learner: dict | None = None, actors: dict | None = None) -> RunConfig:
@@ -64,7 +66,8 @@ def test_each_entry_names_a_class_with_the_capabilities_it_declares():
 def test_auto_picks_by_placement_and_lag():
     assert registry.auto_kind(Where("cpu", "cpu")) == "ray"
     assert registry.auto_kind(Where("cuda", "cuda")) == "collective"
-    assert registry.auto_kind(Where("cuda", "cuda", shared_gpu=True)) == "collective"
+    assert registry.auto_kind(Where("cuda", "cuda", shared_gpu=True)) == "cuda_ipc"          # on the one GPU
+    assert registry.auto_kind(Where("cuda", "cuda", shared_gpu=True, gpus=2)) == "collective"  # not on several
     assert registry.auto_kind(Where("cuda", "cpu")) == "collective"
     assert registry.auto_kind(None) == "ray"                            # no placement known
     for where in (Where("cpu", "cpu"), Where("cuda", "cuda"), Where("cuda", "cuda", True), None):
@@ -76,9 +79,9 @@ def test_auto_picks_by_placement_and_lag():
 
 def test_unknown_kinds_name_the_known_ones():
     with pytest.raises(ValidationError, match="unknown weight transport 'smoke-signals'; choose from auto, ray, "
-                                              r"collective \(nccl = collective\)"):
+                                              r"cuda_ipc, collective \(nccl = collective\)"):
         ActorConfig(weight_transport="smoke-signals")
-    with pytest.raises(ValueError, match="choose from ray, collective"):
+    with pytest.raises(ValueError, match="choose from ray, cuda_ipc, collective"):
         make_transport("smoke-signals", "r")
     with pytest.raises(ValueError, match="resolved from the placement first"):
         transport_for(ActorConfig(), "r")                              # auto never reaches transport_for
@@ -86,7 +89,7 @@ def test_unknown_kinds_name_the_known_ones():
 
 def test_a_registered_transport_is_accepted_and_chosen_by_its_capabilities(fakes, tmp_path):
     # the config: the name and its alias, an unknown name's message lists it
-    assert ActorConfig(weight_transport="cuda_ipc").weight_transport == "ipc"
+    assert ActorConfig(weight_transport="fake_ipc").weight_transport == "ipc"
     with pytest.raises(ValidationError, match="choose from auto, ipc, ray, collective, whole, host"):
         ActorConfig(weight_transport="pigeon")
     # the layout: auto prefers it where its auto_on says (a shared GPU), not elsewhere

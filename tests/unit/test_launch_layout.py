@@ -133,12 +133,28 @@ def test_auto_on_cpu_is_the_object_store():
                              "the Ray object store")
 
 
-def test_auto_on_one_shared_gpu_is_collective_over_gloo():
+def test_auto_on_one_shared_gpu_is_cuda_ipc():
+    """The engines load from learner rank 0's staging buffer on the GPU they share (actors.transport.cuda_ipc)."""
     choice = choose_transport(run(**ONE_GPU), 1)
+    assert (choice.kind, choice.backend) == ("cuda_ipc", None)
+    assert "share a GPU" in choice.reason and "CUDA IPC" in choice.reason, choice.reason
+    assert resolved_actors(run(**ONE_GPU), choice).weight_transport == "cuda_ipc"
+
+
+def test_auto_sharing_a_gpu_on_several_is_collective_over_gloo():
+    """CUDA IPC needs every engine on learner rank 0's GPU: with several GPUs the fractions may not keep them there."""
+    choice = choose_transport(run(**ONE_GPU), 2)
     assert (choice.kind, choice.backend) == ("collective", "gloo")
-    assert "share a GPU" in choice.reason and "NCCL cannot run two ranks on one GPU" in choice.reason
+    assert "NCCL cannot run two ranks on one GPU" in choice.reason
     actors = resolved_actors(run(**ONE_GPU), choice)
     assert actors.weight_transport == "collective" and actors.collective.backend == "gloo"
+
+
+def test_cuda_ipc_is_refused_on_cpu_and_on_gpus_of_their_own():
+    with pytest.raises(ValidationError, match="the cuda_ipc weight transport runs on cuda, the learner on cpu"):
+        run(learner={"device": "cpu"}, actors={"weight_transport": "cuda_ipc"})
+    own = run(actors={"num_actors": 2, "num_gpus": 1, "weight_transport": "cuda_ipc"})
+    assert any("must share learner rank 0's GPU" in p for p in cluster_problems(own, 3))
 
 
 def test_auto_with_engines_sharing_among_themselves_is_gloo():
