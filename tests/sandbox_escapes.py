@@ -129,13 +129,14 @@ def files(host: Host) -> tuple[bool, str]:
                     print("no", what, path, type(e).__name__)
         for path in {created}:
             try:
-                open(path, "x").close()
-                print("DID create", path)
+                open(path, "x").close()         # inside the sandbox this may be its own private /tmp: only the
+                print("made", path)             # host's side below says whether it escaped
             except OSError as e:
                 print("no create", path, type(e).__name__)
     """), limits=LIMITS)
-    escaped = (CHECKOUT / "ESCAPED").exists()
-    return "DID" not in r.stdout and host.intact() and not escaped, r.stdout[:600]
+    escaped = [p for p in created if Path(p).exists()]
+    touched = [line for line in r.stdout.splitlines() if line.startswith("DID")]
+    return not touched and host.intact() and not escaped, f"{touched} {escaped} | {r.stdout[-600:]}"
 
 
 def fork_bomb(host: Host) -> tuple[bool, str]:

@@ -175,14 +175,14 @@ def _bad_groups(max_bytes: int) -> dict[str, bytes]:
 def test_bad_input_in_a_running_run_is_dead_lettered_and_books_balance(ray_local, tmp_path, tiny_world, monkeypatch):
     from transformers import AutoTokenizer
 
-    import rewards.workers
+    import launch.run.driver
     from buffer import RunBuffer, connect
     from launch.run.compose import build_config
     from launch.run.data import PromptRenderer
     from launch.run.driver import run
     from launch.worlds.tiny.task import PROMPT_TEMPLATE
 
-    monkeypatch.setattr(rewards.workers, "RewardPool", RaisingRewardPool)
+    monkeypatch.setattr(launch.run.driver, "RewardPool", RaisingRewardPool)     # the name the driver builds it by
     max_bytes, steps, run_id = 64 << 10, 4, "bad-input"
     cfg, _ = build_config(["--tiny", "--steps", str(steps), "--run_dir", str(tmp_path / "runs"), "--run_id", run_id,
                            "--buffer.max_message_bytes", str(max_bytes), "--data.eval_n", "1",
