@@ -134,8 +134,8 @@ def main() -> None:
         ours = RankEngine(cfg, mdir, 0, 1, args.device, group_size=args.rows)   # one group of all rows
         bare_model = load_hf_model(mdir, next(ours.engine.module.parameters()).dtype, False, ours.attention)
         bare, *_ = build_engine(bare_model, cfg, ours.ds_config, args.device)   # the same optimizer as ours
-        mbs = plan_update(rows, list(range(len(rows))), args.micro_batch_tokens, 1, cfg.packed)[0]
-        collated = [collate(rows, idx, packed=cfg.packed) for idx in mbs]
+        mbs = plan_update(rows, list(range(len(rows))), args.micro_batch_tokens, 1, cfg.packs_on(args.device))[0]
+        collated = [collate(rows, idx, packed=cfg.packs_on(args.device)) for idx in mbs]
         steps[f"ours {layout}"] = (lambda o=ours, m=mbs, c=cfg: o.train_update(rows, m, o.version, c.loss, 1.0,
                                                                               args.entropy_coef, required_lag=None))
         steps[f"bare {layout}"] = lambda b=bare, c=collated: bare_update(b, c, tokens)

@@ -90,7 +90,8 @@ class RankEngine:
         self.ds_config = deepspeed_config(cfg, world, device, group_size)
         self._hf_ds = zero3_init_context(self.ds_config) if cfg.zero_stage == 3 else None
         # packed micro-batches need an attention that keeps the rows apart (the reference model's too)
-        self.attention = attention_implementation(device) if cfg.packed else None
+        self.packed = cfg.packs_on(device)
+        self.attention = attention_implementation(device) if self.packed else None
         model = load_hf_model(model_dir, dtype, cfg.gradient_checkpointing, self.attention)
         self.pad_id = int(model.config.pad_token_id or 0)
         self.vocab_size = int(model.config.vocab_size)
@@ -114,7 +115,7 @@ class RankEngine:
         model = self.engine if which == "policy" else self._reference()
         out: dict[int, np.ndarray] = {}
         for idx in micro_batches:
-            mb = collate(rows, idx, self.pad_id, self.cfg.packed)
+            mb = collate(rows, idx, self.pad_id, self.packed)
             logp, _ = self._logprobs(model, mb, loss_cfg, temperature)
             out |= scatter_row_values(mb, logp)
         return out
@@ -157,7 +158,7 @@ class RankEngine:
         """
         if version != self.version:
             raise RuntimeError(f"rank {self.rank} is at version {self.version}, coordinator expected {version}")
-        mbs = [collate(rows, idx, self.pad_id, self.cfg.packed) for idx in micro_batches]
+        mbs = [collate(rows, idx, self.pad_id, self.packed) for idx in micro_batches]
         n_bad, detail = self._lag_violations(mbs, required_lag) if required_lag is not None else (0, "")
         # one collective for T_global and the lag check, so every rank raises together (a rank
         # raising alone would leave the others blocked in the next collective)

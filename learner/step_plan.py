@@ -89,7 +89,7 @@ class StepPlanner:
             report, required = lags_at(version, idx), mode.required_lag(version)
             check_update_lags(report, version, required, mode)
             plan.lags = plan.lags.merge(report)
-            plan.rank_plans.append(plan_update(rows, idx, cfg.micro_batch_tokens, self.ranks.world, cfg.packed))
+            plan.rank_plans.append(plan_update(rows, idx, cfg.micro_batch_tokens, self.ranks.world, cfg.packs_on(self.ranks.device)))
             plan.required_lags.append(required)
         current = None
         if cfg.entropy.type == "adaptive" and cfg.entropy.indicator == "current_batch":
@@ -102,7 +102,7 @@ class StepPlanner:
     def score(self, rows: list[Row], which: str, attr: str) -> None:
         """Fill ``rows[i].<attr>`` with log-probs of the current policy / reference (no grad)."""
         lengths = [r.input_len for r in rows]
-        packed = self.cfg.packed
+        packed = self.cfg.packs_on(self.ranks.device)
         per_rank = assign_to_ranks(split_micro_batches(lengths, self.cfg.micro_batch_tokens, packed), lengths,
                                    self.ranks.world, packed)
         ref = ray.put(rows)

@@ -102,7 +102,7 @@ def one_update(ctx: Context, zero_stage: int) -> dict:
     init_s = time.monotonic() - t0
     try:
         rows = synthetic_rows(engine.vocab_size, rows=8, prompt_len=16, response_len=32)
-        mbs = plan_update(rows, list(range(len(rows))), cfg.micro_batch_tokens, 1, cfg.packed)[0]
+        mbs = plan_update(rows, list(range(len(rows))), cfg.micro_batch_tokens, 1, cfg.packs_on(ctx.device))[0]
         first = next(engine.engine.module.parameters())
         before = first.detach().clone()
         t1 = time.monotonic()

@@ -203,7 +203,7 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
         torch.cuda.reset_peak_memory_stats()
     ours = RankEngine(cfg, str(mdir), 0, 1, ctx.device, group_size=plan.rows)
     rows = synthetic_rows(ours.vocab_size, plan.rows, plan.prompt_tokens, plan.response_tokens)
-    mbs = plan_update(rows, list(range(len(rows))), cfg.micro_batch_tokens, 1, cfg.packed)[0]
+    mbs = plan_update(rows, list(range(len(rows))), cfg.micro_batch_tokens, 1, cfg.packs_on(ctx.device))[0]
     tokens = sum(r.loss_tokens for r in rows)
     ours_times = timed(lambda: ours.train_update(rows, mbs, ours.version, cfg.loss, 1.0, 0.0, required_lag=None))
     optimizer, ds_config, dtype, attention = optimizer_name(ours.engine), ours.ds_config, ours.dtype, ours.attention
@@ -218,7 +218,7 @@ def learner_throughput(ctx: Context, mdir: Path, plan: ShapesPlan) -> dict:
         torch.cuda.reset_peak_memory_stats()
     model = load_hf_model(str(mdir), dtype, True, attention)             # the same rows' layout as ours
     bare, *_ = build_engine(model, cfg, ds_config, ctx.device)          # the same optimizer as ours
-    collated = [collate(rows, idx, packed=cfg.packed) for idx in mbs]
+    collated = [collate(rows, idx, packed=cfg.packs_on(ctx.device)) for idx in mbs]
     bare_times = timed(lambda: bare_update(bare, collated, tokens))
     bare_peak = peak()
     bare.destroy()
