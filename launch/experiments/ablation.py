@@ -6,7 +6,9 @@
 Each preset runs in this process (``launch.run.spec.run_here``: its RunSpec's config through
 ``launch.run.driver.run``; one local Ray shared by all runs, or the cluster in RAY_ADDRESS; every run
 starts and stops its own Redis, actors, reward workers and learner), as run ``<prefix>-<preset>`` under
-``<out>/runs``.
+``<out>/runs``. With ``--address http://<head>:8265`` the runs are Ray jobs on that cluster instead, placed
+side by side as its resources allow, through the science report's runner
+(``launch.experiments.science.jobs``: retries, progress lines, files back through the job's log).
 Overrides after ``--`` apply to every preset. Then ``launch.experiments.analysis.compare.write_compare`` draws
 ``<out>/compare.png`` (entropy/mean; reward/accuracy and the held-out eval avg@n (dashed) vs
 step; one colour per preset) and ``<out>/compare.csv`` (long format), and ``<out>/ablation.json``
@@ -69,8 +71,10 @@ def fair_specs(presets: list[str], run_dir: Path, *, tiny: bool, steps: int | No
 
 
 def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, steps: int | None = None,
-                 prefix: str | None = None, overrides: list[str] | None = None) -> dict:
-    """Run every preset, write compare.png / compare.csv / ablation.json under ``out``; returns the json."""
+                 prefix: str | None = None, overrides: list[str] | None = None, address: str | None = None,
+                 max_concurrent: int | None = None, retries: int = 2) -> dict:
+    """Run every preset (here, or as Ray jobs on the cluster at ``address``), write compare.png / compare.csv /
+    ablation.json under ``out``; returns the json."""
     out = Path(out)
     prefix = prefix or time.strftime("abl-%Y%m%d-%H%M%S")
     runs = out / "runs"
@@ -83,27 +87,55 @@ def run_ablation(presets: list[str], out: str | Path, *, tiny: bool = True, step
 
     matplotlib.use("Agg")
     from launch.experiments.analysis import compare
-    from launch.run.driver import init_ray
-    from launch.run.spec import run_here
 
-    init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
     frames, report = {}, {"presets": presets, "out": str(out), "lr": lr, "runs": []}
-    for preset, spec, cfg in zip(presets, specs, cfgs):
-        print(f"[ablation] === {preset}: {cfg.steps} steps, run {cfg.run_id} ===", flush=True)
-        try:
-            result = run_here(spec, runs)
-        except Exception as exc:
-            traceback.print_exc()
-            report["runs"].append({"preset": preset, "run_id": cfg.run_id, "error": f"{type(exc).__name__}: {exc}"})
+    outcomes = (_as_jobs(specs, out, address, max_concurrent, retries) if address
+                else _in_this_process(presets, specs, cfgs, runs))
+    for preset, spec, outcome in zip(presets, specs, outcomes):
+        if isinstance(outcome, str):
+            report["runs"].append({"preset": preset, "run_id": spec.id, "error": outcome})
             continue
-        frames[preset] = compare.metrics_frame(result.metrics + result.evals)
-        report["runs"].append(summarize(preset, result))
+        frames[preset] = compare.metrics_frame(outcome.metrics + outcome.evals)
+        report["runs"].append(summarize(preset, outcome))
     png, csv = compare.write_compare(frames, out)
     report.update(png=str(png), csv=str(csv))
     report["tracking"] = compare.figures_to_trackers(cfgs[0].tracking, prefix, out, {"ablation": png},
                                                      store_root=runs, hparams={"presets": presets, "lr": lr})
     (out / "ablation.json").write_text(json.dumps(report, indent=2, default=float))
     return report
+
+
+def _in_this_process(presets: list[str], specs: list[RunSpec], cfgs: list, runs: Path):
+    """Each run in turn in this process, one Ray for all of them: its RunResult, or its error as text."""
+    from launch.run.driver import init_ray
+    from launch.run.spec import run_here
+
+    init_ray(max(cfgs, key=_cpus_needed))         # one Ray for all runs, sized for the largest
+    for preset, spec, cfg in zip(presets, specs, cfgs):
+        print(f"[ablation] === {preset}: {cfg.steps} steps, run {cfg.run_id} ===", flush=True)
+        try:
+            yield run_here(spec, runs)
+        except Exception as exc:
+            traceback.print_exc()
+            yield f"{type(exc).__name__}: {exc}"
+
+
+def _as_jobs(specs: list[RunSpec], out: Path, address: str, max_concurrent: int | None, retries: int) -> list:
+    """Every run as a Ray job on the cluster at ``address``, side by side: a RunResult read back from the files
+    the job returned (``<out>/runs/<run id>``), or the job's error as text."""
+    from launch.experiments.science.jobs import JobRunner
+    from launch.run.driver import RunResult
+    from launch.run.summary import is_eval_row, read_evals, read_metrics
+
+    done = JobRunner(address, out, max_concurrent=max_concurrent, retries=retries).run_all(specs)
+    outcomes = []
+    for spec in specs:
+        got = done[spec.key]
+        path = Path(got["path"])
+        outcomes.append(got["error"] or RunResult(
+            spec.id, path, redis_url="", seconds=got["seconds"], evals=read_evals(path / "evals.jsonl"),
+            metrics=[row for row in read_metrics(path / "metrics.jsonl") if not is_eval_row(row)]))
+    return outcomes
 
 
 def _cpus_needed(cfg) -> float:
@@ -124,13 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="learner steps per run (default: the preset's)")
     ap.add_argument("--out", type=Path, required=True, help="output directory (figure, CSV, runs/)")
     ap.add_argument("--prefix", default=None, help="run id prefix (default: abl-<date>-<time>)")
+    ap.add_argument("--address", default=None, metavar="URL", help="a Ray cluster's job server "
+                    "(http://<head>:8265): every preset a Ray job there, side by side (default: one after "
+                    "another in this process)")
+    ap.add_argument("--max-concurrent", type=int, default=None, help="with --address: runs at once (default: as "
+                    "many as the cluster's CPUs and GPUs hold)")
+    ap.add_argument("--retries", type=int, default=2, help="with --address: a failed job is submitted again this "
+                    "many times")
     args = ap.parse_args(argv)
     require_own_packages()
     unknown = [p for p in args.presets if p not in PRESETS]
     if unknown:
         ap.error(f"unknown preset(s) {unknown}; choose from: {', '.join(sorted(PRESETS))}")
     report = run_ablation(args.presets, args.out, tiny=args.tiny, steps=args.steps, prefix=args.prefix,
-                          overrides=overrides)
+                          overrides=overrides, address=args.address, max_concurrent=args.max_concurrent,
+                          retries=args.retries)
     print(f"{'preset':<20}{'steps':>6}{'wall s':>8}{'entropy first/last':>21}{'train acc first/last':>23}"
           f"{'eval avg@n first/last':>24}")
     for r in report["runs"]:

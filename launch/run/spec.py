@@ -2,7 +2,8 @@
 this process (:func:`run_here`) or as a process of its own (:func:`run_process`). Every tool that runs
 presets goes through here, so a run's command line is built in one place (:meth:`RunSpec.argv`):
 
-    science report   python -m launch.experiments.science   a process per run, ``jobs`` side by side
+    science report   python -m launch.experiments.science   a Ray job per run (experiments.science.jobs:
+                                                             run_here inside the job), side by side
     ablation series  python -m launch.experiments.ablation  in this process, one Ray for all runs
     Sky-T1 recipe    python -m launch.recipes.skyt1         a process per RL stage
 

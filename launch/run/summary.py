@@ -10,7 +10,7 @@ import numpy as np
 from rewards.problems import read_jsonl
 
 
-def _is_eval(row: dict) -> bool:
+def is_eval_row(row: dict) -> bool:
     return any(k.startswith("eval/") for k in row)
 
 
@@ -20,7 +20,7 @@ def read_metrics(path: Path) -> list[dict]:
     step: it stays beside its step's row."""
     if not path.exists():
         return []
-    rows = {(row["step"], _is_eval(row)): row for row in read_jsonl(path, allow_torn_tail=True)}
+    rows = {(row["step"], is_eval_row(row)): row for row in read_jsonl(path, allow_torn_tail=True)}
     return [rows[k] for k in sorted(rows)]
 
 
@@ -40,7 +40,7 @@ def read_run_rows(metrics_path: str | Path) -> list[dict]:
     row is skipped, and a missing or unreadable summary adds nothing."""
     metrics_path = Path(metrics_path)
     rows = read_metrics(metrics_path)
-    if any(_is_eval(row) for row in rows):
+    if any(is_eval_row(row) for row in rows):
         return rows
     if (metrics_path.parent / "evals.jsonl").exists():
         return rows + read_evals(metrics_path.parent / "evals.jsonl")

@@ -13,7 +13,9 @@ Each node stands for a machine of its own:
   so nothing passes between nodes through a path by accident;
 - custom resources (``{"gen": 1}``, ``{"train": 1}``) say what a node is for; the head gets none,
   so a run placed by resources never lands on the driver's node;
-- token auth with a token private to the cluster (README "Network exposure").
+- token auth with a token private to the cluster (README "Network exposure");
+- the head's dashboard (Ray's job server) on request (``dashboard=True``): ``cluster.dashboard`` is its
+  address, for ``ray job submit`` and ``launch.experiments.science --address``.
 
 A node is stopped by its process group (SIGKILL), as a machine that dies would be: the raylet,
 its agents and every worker it started go at once.
@@ -71,22 +73,23 @@ def reserve_ports(n: int, taken: set[int]) -> list[int]:
 
 @dataclass(frozen=True)
 class NodePorts:
-    """Every port of one node, out of one reserved block: the agents', then (head only) the GCS and
-    the Ray client server, then the worker-port range."""
+    """Every port of one node, out of one reserved block: the agents', then (head only) the GCS, the Ray
+    client server and the dashboard, then the worker-port range."""
 
     agents: dict[str, int]
     workers: tuple[int, int]            # --min-worker-port, --max-worker-port
     gcs: int | None = None
     client_server: int | None = None
+    dashboard: int | None = None
 
     @classmethod
     def reserve(cls, taken: set[int], head: bool) -> NodePorts:
-        ports = reserve_ports(len(AGENT_PORTS) + (2 if head else 0) + WORKER_PORTS, taken)
+        ports = reserve_ports(len(AGENT_PORTS) + (3 if head else 0) + WORKER_PORTS, taken)
         taken.update(ports)
         agents, rest = dict(zip(AGENT_PORTS, ports)), ports[len(AGENT_PORTS):]
-        gcs, client = (rest[0], rest[1]) if head else (None, None)
-        workers = rest[2:] if head else rest
-        return cls(agents, (workers[0], workers[-1]), gcs, client)
+        gcs, client, dashboard = (rest[0], rest[1], rest[2]) if head else (None, None, None)
+        workers = rest[3:] if head else rest
+        return cls(agents, (workers[0], workers[-1]), gcs, client, dashboard)
 
 
 @dataclass
@@ -144,20 +147,22 @@ class LocalCluster:
     root: Path
     gcs: str                       # 127.0.0.1:PORT, set when the head starts
     env: dict
+    dashboard: str | None = None   # http://127.0.0.1:PORT, the job server, when started with dashboard=True
     nodes: dict[str, Node] = field(default_factory=dict)
     ports: set[int] = field(default_factory=set)        # every port handed to a node of this cluster
 
     @classmethod
     def start(cls, root: Path, workers: dict[str, dict[str, float]], *, head_cpus: int = 4,
-              worker_cpus: int = 4) -> LocalCluster:
-        """A head (no custom resources) and ``workers`` (name -> custom resources), all ready."""
+              worker_cpus: int = 4, dashboard: bool = False) -> LocalCluster:
+        """A head (no custom resources) and ``workers`` (name -> custom resources), all ready; with
+        ``dashboard``, the head's job server answering at ``cluster.dashboard``."""
         env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", "RAY_DEDUP_LOGS": "0",
                "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
         for var in ("RAY_ADDRESS", "REDIS_URL", "LAGRL_NODE_CACHE"):
             env.pop(var, None)
         cluster = cls(root=root, gcs="", env=env)
         try:
-            cluster._start_node("head", {}, head_cpus, head=True)
+            cluster._start_node("head", {}, head_cpus, head=True, dashboard=dashboard)
             for name, resources in workers.items():
                 cluster.add_node(name, resources, cpus=worker_cpus, wait=False)
             cluster.wait_nodes(timeout_s=180)
@@ -172,7 +177,8 @@ class LocalCluster:
             self.wait_nodes(timeout_s=180)
         return node
 
-    def _start_node(self, name: str, resources: dict[str, float], cpus: int, *, head: bool) -> Node:
+    def _start_node(self, name: str, resources: dict[str, float], cpus: int, *, head: bool,
+                    dashboard: bool = False) -> Node:
         # short, private temp dirs: Ray's socket paths must stay under ~107 characters
         temp_dir = Path(tempfile.mkdtemp(prefix=f"lagrl-{name}-", dir="/tmp"))
         ports = NodePorts.reserve(self.ports, head)
@@ -185,8 +191,13 @@ class LocalCluster:
             args += ["--resources", json.dumps(resources)]
         if head:
             self.gcs = f"127.0.0.1:{ports.gcs}"
-            args += ["--head", "--port", str(ports.gcs), "--include-dashboard", "false",
-                     f"--ray-client-server-port={ports.client_server}"]
+            args += ["--head", "--port", str(ports.gcs), f"--ray-client-server-port={ports.client_server}"]
+            if dashboard:
+                self.dashboard = f"http://127.0.0.1:{ports.dashboard}"
+                args += ["--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+                         "--dashboard-port", str(ports.dashboard)]
+            else:
+                args += ["--include-dashboard", "false"]
         else:
             args += ["--address", self.gcs]
         log_path = self.root / f"ray-{name}.log"

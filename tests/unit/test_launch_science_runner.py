@@ -4,6 +4,7 @@ and shared by every run of that seed; each run's file holds [start, final] as th
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,18 +64,36 @@ def test_a_finding_that_needs_more_steps_runs_them():
             for lc in rules.values()] == [("adaptive", 1e-4, None), ("none", None, None), ("fixed", None, 1e-2)]
 
 
-def test_the_longest_runs_start_first(tmp_path, monkeypatch):
-    """Two runs side by side: a 40-step run queued last would run alone at the report's end."""
-    started = []
+class _Jobs:
+    """What run_all hands its runs to (launch.experiments.science.jobs.JobRunner's run_all), recorded."""
 
-    def fake_run(spec, runs_dir):
-        started.append((spec.preset, spec.steps))
-        return {"path": str(runs_dir / spec.key), "seconds": 1.0, "error": None}
+    def __init__(self):
+        self.started, self.entered = [], 0
 
-    monkeypatch.setattr(runner, "_run_one", fake_run)
+    @contextmanager
+    def __call__(self):
+        self.entered += 1
+        yield self
+
+    def run_all(self, specs):
+        self.started += [(spec.preset, spec.steps) for spec in specs]
+        return {spec.key: {"path": "", "seconds": 1.0, "error": None} for spec in specs}
+
+
+def test_the_longest_runs_start_first_and_done_runs_are_kept(tmp_path):
+    """Two runs side by side: a 40-step run queued last would run alone at the report's end. A run whose
+    summary.json exists is not run again; with nothing left, no Ray is started (the runner is not entered)."""
+    jobs = _Jobs()
     specs = [RunSpec("a", (), "slips", 0, 20), RunSpec("b", (), "slips", 0, 40), RunSpec("c", (), "slips", 0, 20)]
-    done = runner.run_all(specs, tmp_path, jobs=1)
-    assert started == [("b", 40), ("a", 20), ("c", 20)] and len(done) == 3
+    done_before = tmp_path / "runs" / specs[2].key
+    done_before.mkdir(parents=True)
+    (done_before / "summary.json").write_text(json.dumps({"seconds": 12.0}))
+    done = runner.run_all(specs, tmp_path, jobs)
+    assert jobs.started == [("b", 40), ("a", 20)] and len(done) == 3 and done[specs[2].key]["seconds"] == 12.0
+    for spec in specs[:2]:
+        (tmp_path / "runs" / spec.key).mkdir()
+        (tmp_path / "runs" / spec.key / "summary.json").write_text(json.dumps({"seconds": 1.0}))
+    assert len(runner.run_all(specs, tmp_path, jobs)) == 3 and jobs.entered == 1
 
 
 def test_clip_higher_under_reuse_shares_its_symmetric_arm_and_differs_in_eps_high_only():
@@ -90,3 +109,19 @@ def test_clip_higher_under_reuse_shares_its_symmetric_arm_and_differs_in_eps_hig
     assert low["steps"] == 40 and low["learner"]["batch"]["n_reuse"] == 4
     high["learner"]["loss"]["eps_high"] = 0.2
     assert high == low
+
+
+def test_no_arm_warms_up_its_learning_rate():
+    """The warm-up counts optimizer updates (the tiny world's 10): reuse-4 (16 updates a step) would finish it
+    inside step 0 and on-policy in step 9; the report runs every arm at a constant learning rate."""
+    from dataclasses import replace
+
+    from launch.experiments.science.__main__ import fair_overrides
+    from launch.experiments.science.findings import finding
+    from launch.experiments.science.runner import config_of, spec_for
+
+    reuse = finding("reuse")
+    assert config_of(spec_for(reuse, reuse.arms[0], 0, 20, "tiny")).learner.warmup_steps == 10   # the world's own
+    fair = replace(reuse, overrides=fair_overrides([reuse], "tiny", 20)["reuse"])
+    cfgs = [config_of(spec_for(fair, arm, 0, 20, "tiny")) for arm in fair.arms]
+    assert {c.learner.warmup_steps for c in cfgs} == {0} and len({c.learner.lr for c in cfgs}) == 1

@@ -16,8 +16,13 @@ runs with more updates per step a smaller one), set for every arm, and the repor
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,17 +30,22 @@ from launch.config.install_check import require_own_packages
 from launch.experiments.science.findings import FINDINGS, Finding, finding, science_worlds
 from launch.experiments.science.runner import config_of, entropy_split_of, spec_for
 
+CHECKOUT = Path(__file__).resolve().parents[3]
+
 
 def fair_overrides(findings: list[Finding], world: str | None, steps: int) -> dict[str, tuple[str, ...]]:
-    """finding key -> overrides every arm gets: the comparison's one learning rate (and, for a finding with
-    ``final_model`` in a world with an entropy split, a checkpoint at its last step)."""
+    """finding key -> overrides every arm gets: the comparison's one learning rate, no learning-rate warm-up
+    (the learner's warm-up counts optimizer updates: over the same steps, an arm of 16 updates a step would
+    finish it inside step 0 while the on-policy arm spends its first steps in it, a second factor in exactly
+    the comparisons about updates per step), and, for a finding with ``final_model`` in a world with an
+    entropy split, a checkpoint at its last step."""
     out = {}
     for f in findings:
         lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
         last = str(f.steps_for(steps))
         split = f.final_model and entropy_split_of(world or f.world) is not None
         keep = ("--learner.checkpoint_every", last) if split else ()
-        out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), *keep)
+        out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), "--learner.warmup_steps", "0", *keep)
     return out
 
 
@@ -69,11 +79,55 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--full", action="store_true", help="the paper-scale presets as they are (a GPU cluster)")
     ap.add_argument("--out", type=Path, default=Path("runs/science"))
     ap.add_argument("--report-only", action="store_true", help="no runs: the report from the runs in --out")
-    ap.add_argument("--jobs", type=int, default=None, help="runs side by side (default: 2 on the CPU worlds, "
-                    "where one run keeps about one core busy; 1 with --full)")
+    ap.add_argument("--address", default=None, metavar="URL",
+                    help="an existing Ray cluster's job server (http://<head>:8265): every run is a Ray job placed "
+                    "by Ray, its files coming back through the job's log (no shared filesystem). Default: one local "
+                    "Ray that the report starts for itself and every run joins")
+    ap.add_argument("--max-concurrent", "--jobs", dest="max_concurrent", type=int, default=None,
+                    help="runs at once (default: on a cluster as many as its CPUs and GPUs hold at what one run asks; "
+                    "locally 2 on the CPU worlds, where one run keeps about one core busy, 1 with --full)")
+    ap.add_argument("--retries", type=int, default=2, help="a run whose job fails (or whose node dies) is submitted "
+                    "again this many times, each attempt in the report's log")
+    ap.add_argument("--cache", default=None, metavar="DIR",
+                    help="the worlds' cache on every node (LAGRL_CACHE; built there once). Default: this checkout's "
+                    "locally, /tmp/lagrl-cache on a cluster")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every arm, e.g. data.eval_max_problems=64 (repeatable)")
     return ap
+
+
+@contextmanager
+def job_runner(args, specs: list):
+    """The runs' Ray: the cluster at ``--address``, or a local head started for this report and stopped after it."""
+    from launch.experiments.science.jobs import JobRunner, run_needs
+    from launch.experiments.science.local_head import LocalHead
+
+    if args.address:
+        yield JobRunner(args.address, args.out, max_concurrent=args.max_concurrent, retries=args.retries,
+                        cache_dir=args.cache or "/tmp/lagrl-cache")
+        return
+    width = args.max_concurrent or (1 if args.full else 2)
+    needs = max((run_needs(config_of(spec)) for spec in specs), key=lambda n: n["cpus"])["cpus"]
+    head = LocalHead.start(cpus=max(os.cpu_count() or 1, math.ceil(width * needs)), log_dir=args.out)
+    try:
+        yield JobRunner(head.address, args.out, max_concurrent=width, retries=args.retries, headers=head.headers,
+                        local=True, cache_dir=args.cache or os.environ.get("LAGRL_CACHE") or str(CHECKOUT / ".cache"))
+    finally:
+        head.stop()
+
+
+@contextmanager
+def stop_on_sigterm():
+    """SIGTERM (``kill``, a scheduler's preemption) stops the report as Ctrl-C does: its jobs and its local Ray
+    are stopped on the way out (``jobs.JobRunner.run_all``, :func:`job_runner`). The handler before is put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     extra = tuple(x for kv in args.override for x in (f"--{kv.partition('=')[0]}", kv.partition("=")[2]))
 
     # here, after the arguments: the report and runner bring torch and Ray (--help and a bad flag stay instant)
-    from launch.experiments.science.report import dose_response_png, evaluate, figure_png, write_csv, write_html
+    from launch.experiments.science.report import (
+        correct_for_checks,
+        dose_response_png,
+        evaluate,
+        figure_png,
+        write_csv,
+        write_html,
+    )
     from launch.experiments.science.runner import one_run_per_config, read_rows, run_all, spec_for
 
     chosen = list(FINDINGS) if args.findings == ["all"] else [finding(k) for k in args.findings]
@@ -100,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     if not args.report_only:
-        jobs = args.jobs or (1 if args.full else 2)
-        done = run_all(list(specs.values()), args.out, jobs)
+        with stop_on_sigterm():
+            done = run_all(list(specs.values()), args.out, lambda: job_runner(args, list(specs.values())))
         failed = {k: v["error"] for k, v in done.items() if v["error"]}
         if failed:
             print(f"[science] {len(failed)} run(s) failed:", flush=True)
@@ -121,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         figures[f.key] = figure_png(f, rows_by_arm)
         if (dose := dose_response_png(f, rows_by_arm)) is not None:
             dose_figures[f.key] = dose
+    correct_for_checks(results, {(f, arm): spec.key for (f, arm, seed), spec in specs.items() if seed == 0})
     lrs = ", ".join(f"{f.key} lr {f.overrides[f.overrides.index('--learner.lr') + 1]}" for f in fair_findings
                     if "--learner.lr" in f.overrides)
     more = ", ".join(f"{k} {n}" for k, n in seeds.items() if n != default_seeds)
@@ -128,15 +190,19 @@ def main(argv: list[str] | None = None) -> int:
                      if f.steps_for(args.steps) > args.steps)
     preamble = (f"{default_seeds} seeds per arm{f' ({more})' if more else ''}, {args.steps} learner steps per run{longer}, "
                 f"{'paper-scale presets' if args.full else 'CPU worlds'}; one learning rate per comparison "
-                f"({lrs or 'the presets'}). Verdict: a two-sided 95% t-interval of the mean paired (by seed) "
+                f"({lrs or 'the presets'}){'' if args.full else ', constant from the first update (no warm-up: the learner counts its warm-up in optimizer updates, which arms with more updates per step would finish sooner)'}. Verdict: a two-sided 95% t-interval of the mean paired (by seed) "
                 f"difference on the expected side of 0 (agrees), on the other (disagrees), or containing 0; a dose-"
                 f"response check judges the per-seed least-squares slopes the same way. Each effect is "
-                f"given with the half-width of that interval.")
+                f"given with the half-width of that interval. Every check of the report is one family: beside "
+                f"each raw verdict, the Holm-Bonferroni adjusted one (family-wise level 0.05; its p-value times "
+                f"the number of checks not yet passed, in increasing order); checks whose reference arm is the "
+                f"same runs as another finding's are marked: their verdicts are correlated.")
     html = write_html(results, figures, args.out / "report.html", title="lagrl science report", preamble=preamble,
                       dose_figures=dose_figures)
     table = write_csv(results, args.out / "report.csv")
     for r in results:
-        print(f"[verdict] {r.finding.key}: {r.claim}: {r.line()}")
+        print(f"[verdict] {r.finding.key}: {r.claim}: {r.line()}; Holm-adjusted: {r.verdict_holm} "
+              f"(p {r.p_holm:.3g})")
     print(f"[science] report {html}\n[science] csv {table}\n[science] {time.monotonic() - t0:.0f} s", flush=True)
     return 0
 

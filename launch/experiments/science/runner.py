@@ -1,10 +1,9 @@
 """Run every arm of the chosen findings with several seeds, one real run each, resumable.
 
-Each run is a process of its own (``launch.run.spec.run_process``: the ordinary entry script,
-``launch/ablate.py``, with Ray, vLLM, Redis and DeepSpeed as in any run), writing to ``<out>/runs/<run key>``
-and its console to ``<out>/runs/<run key>.log``; ``jobs`` of them at a time. On 2 cores two runs side by
-side take little longer than one: a strict on-policy step alternates generation and training, so one run
-keeps about one core busy. Arms whose resolved configs are identical (the baseline under the names
+Each run is a Ray job (``launch.experiments.science.jobs``: on a cluster, or on the one local Ray a report
+starts for itself), its files written to ``<out>/runs/<run key>`` and its console to
+``<out>/runs/<run key>.log``; several at a time. On 2 cores two runs side by side take little longer than
+one: a strict on-policy step alternates generation and training, so one run keeps about one core busy. Arms whose resolved configs are identical (the baseline under the names
 ``reuse1_dr64_dt64``, ``temp_1``, ``entropy_adaptive``) run once per seed and serve every finding
 that names them. A run whose ``summary.json`` exists is done and is not run again, so an
 interrupted report continues where it stopped; a run that fails is recorded with its error and
@@ -22,14 +21,12 @@ import json
 import os
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from launch.config.refs import load
 from launch.config.worlds import WORLDS
 from launch.experiments.science.findings import Arm, Finding
-from launch.run.spec import RunSpec, run_process
+from launch.run.spec import RunSpec
 from launch.run.summary import read_run_rows
 
 
@@ -113,22 +110,11 @@ def split_entropy(spec: RunSpec, run_path: Path) -> str | None:
     return None
 
 
-def _run_one(spec: RunSpec, runs_dir: Path) -> dict:
-    """One run as its own process; returns {"path", "seconds", "error"}."""
-    path, log_path = runs_dir / spec.key, runs_dir / f"{spec.key}.log"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    rc = run_process(spec, runs_dir, log=log_path)
-    seconds = time.monotonic() - t0
-    if rc == 0 and (path / "summary.json").exists():
-        return {"path": str(path), "seconds": seconds,
-                "error": split_entropy(spec, path) if splits_entropy(spec) else None}
-    tail = log_path.read_text(errors="replace")[-2000:]
-    return {"path": str(path), "seconds": seconds, "error": f"exit {rc}; {log_path}:\n{tail}"}
-
-
-def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
-    """Run what is not done yet, ``jobs`` at a time; returns run key -> {"path", "seconds", "error"}."""
+def run_all(specs: list[RunSpec], out: Path, job_runner) -> dict[str, dict]:
+    """Run what is not done yet as Ray jobs (``job_runner()``: a context giving a
+    ``launch.experiments.science.jobs.JobRunner``, entered only when a run is left: a local Ray is started
+    for nothing else); returns run key -> {"path", "seconds", "error"} for every spec, the ones done before
+    included."""
     runs_dir = out / "runs"
     results, todo = {}, []
     for spec in dict.fromkeys(specs):
@@ -142,19 +128,10 @@ def run_all(specs: list[RunSpec], out: Path, jobs: int = 1) -> dict[str, dict]:
             todo.append(spec)
     # the longest runs first (entropy_control_reuse's 40 steps take ~4x a 20-step run): started last,
     # one would leave the other core idle for most of its length at the end of the report
-    todo.sort(key=lambda spec: -spec.steps)
-    print(f"[science] {len(results)} of {len(results) + len(todo)} runs done before, kept; {len(todo)} to run, "
-        f"{jobs} at a time (each run's console: {runs_dir}/<run>.log)", flush=True)
-    t0, steps_total, steps_done = time.monotonic(), sum(spec.steps for spec in todo), 0
-    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
-        running = {pool.submit(_run_one, spec, runs_dir): spec for spec in todo}
-        for i, done in enumerate(as_completed(running), 1):
-            spec, result = running[done], done.result()
-            results[spec.key] = result
-            elapsed = time.monotonic() - t0
-            steps_done += spec.steps        # by steps, not runs: the longest runs go first
-            eta = elapsed / steps_done * (steps_total - steps_done)
-            state = "done" if result["error"] is None else f"FAILED ({result['error'].splitlines()[0]})"
-            print(f"[science] {i}/{len(todo)} {spec.key} {state} in {result['seconds']:.0f} s "
-                f"({elapsed / 60:.1f} min so far, ETA {eta / 60:.1f} min)", flush=True)
+    todo.sort(key=lambda spec: -(spec.steps or 0))
+    print(f"[science] {len(results)} of {len(results) + len(todo)} runs done before, kept; {len(todo)} to run",
+          flush=True)
+    if todo:
+        with job_runner() as jobs:
+            results.update(jobs.run_all(todo))
     return results
