@@ -127,7 +127,7 @@ class Requests:
         # log-prob's token), on the engine loop's thread; a scoring thread decodes each response once
         # (actors.reward_calls). No stop strings are used, so nothing needs the text while generating.
         params = SamplingParams(n=prompt.n_samples, temperature=prompt.temperature,
-                                top_p=self.top_p, max_tokens=prompt.max_tokens, logprobs=0,
+                                top_p=self.top_p, max_tokens=prompt.max_tokens, logprobs=0, seed=prompt.seed,
                                 output_kind=RequestOutputKind.FINAL_ONLY, detokenize=False)
         request_id = f"{prompt.prompt_id}@{self.actor_id}"
         version = self.weights.version

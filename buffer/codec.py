@@ -88,6 +88,7 @@ def encode_prompt(p: PromptMsg) -> bytes:
         "n_samples": p.n_samples, "max_tokens": p.max_tokens, "step": p.step,
         "min_version": p.min_version, "stage": p.stage, "temperature": p.temperature, "meta": p.meta,
         **({} if p.pin_version is None else {"pin_version": p.pin_version}),   # absent = not pinned
+        **({} if p.seed is None else {"seed": p.seed}),                         # absent = the engine's stream
     })
 
 
@@ -199,7 +200,18 @@ def decode_prompt(raw: bytes, max_bytes: int = 64 << 20) -> PromptMsg:
         max_tokens=max_tokens, step=_field(msg, "step", int),
         min_version=_field(msg, "min_version", int), stage=_field(msg, "stage", int),
         temperature=_temperature(msg), meta=_field(msg, "meta", dict), pin_version=_pin_version(msg),
+        seed=_seed(msg),
     )
+
+
+def _seed(msg: dict) -> int | None:
+    """Optional: a per-prompt sampling seed (a non-negative int that fits vLLM's 64-bit seed)."""
+    if "seed" not in msg:
+        return None
+    value = _field(msg, "seed", int)
+    if not 0 <= value < 2**63:
+        raise InvalidMessage("bad_field", f"seed={value} must be in [0, 2**63)")
+    return value
 
 
 def _pin_version(msg: dict) -> int | None:

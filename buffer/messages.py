@@ -39,6 +39,9 @@ class PromptMsg:
     # fixed-lag mode: sample with exactly this version (an older one than the newest, if need be),
     # and no weight swap while it runs; None = any version >= min_version
     pin_version: int | None = None
+    # a sampling seed of its own (vLLM's per-request seed): the same weights give the same responses whatever
+    # else the engine serves meanwhile (the entropy probe, launch.run.probe); None = the engine's stream
+    seed: int | None = None
 
 
 @dataclass

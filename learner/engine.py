@@ -107,8 +107,9 @@ class RankEngine:
 
     @torch.no_grad()
     def score_rows(self, rows: Sequence[Row], micro_batches: Sequence[Sequence[int]], loss_cfg: PolicyLossConfig,
-                   temperature: float, which: str = "policy") -> dict[int, np.ndarray]:
-        """Log-probs of the response tokens of ``rows`` under the current policy or the reference.
+                   temperature: float, which: str = "policy", what: str = "logp") -> dict[int, np.ndarray]:
+        """Log-probs of the response tokens of ``rows`` under the current policy or the reference, or (``what``
+        "entropy") the entropy of the full next-token distribution softmax(logits / temperature) at each.
 
         Every rank must get the same number of micro-batches (ZeRO-3 gathers in forward).
         """
@@ -116,8 +117,8 @@ class RankEngine:
         out: dict[int, np.ndarray] = {}
         for idx in micro_batches:
             mb = collate(rows, idx, self.pad_id, self.packed)
-            logp, _ = self._logprobs(model, mb, loss_cfg, temperature)
-            out |= scatter_row_values(mb, logp)
+            logp, entropy = self._logprobs(model, mb, loss_cfg, temperature)
+            out |= scatter_row_values(mb, entropy if what == "entropy" else logp)
         return out
 
     def _reference(self):

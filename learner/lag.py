@@ -116,6 +116,23 @@ def ratio_stats(*args, **kwargs) -> dict[str, float]:
     return read_floats(ratio_stat_values(*args, **kwargs))
 
 
+COV_MOMENTS = ("cov/logp_adv_xy", "cov/logp", "cov/adv")
+
+
+def finish_covariance(step: dict[str, float]) -> dict[str, float]:
+    """The step's moments (token means over all its updates, ``learner.reduce.combine_updates``; per lag
+    bucket over the bucket's tokens) -> ``cov/logp_adv`` = mean(logp A) - mean(logp) mean(A), the covariance
+    of the trained tokens' log-probs (current policy) and advantages, whole and per bucket, in place of the
+    moments. To first order it drives a softmax policy's entropy change under a policy-gradient update
+    (the change is about -lr x this covariance: Cui et al. 2025, "The Entropy Mechanism of RL for
+    Reasoning LMs"), so it says why more updates per batch collapse entropy faster."""
+    for key in [k for k in step if k.endswith(COV_MOMENTS[0])]:
+        prefix = key[: -len(COV_MOMENTS[0])]
+        xy, x, y = (step.pop(prefix + k, float("nan")) for k in COV_MOMENTS)
+        step[prefix + "cov/logp_adv"] = xy - x * y
+    return step
+
+
 def ratio_stat_values(
     logprobs: Tensor,       # (B, L) learner log-probs
     old_logprobs: Tensor,   # (B, L) behaviour (or recomputed pi_old) log-probs
@@ -135,12 +152,16 @@ def ratio_stat_values(
     mismatch/kl_k3  mean(rho - 1 - log rho): unbiased, >= 0 estimate of KL(pi_old || pi_learner)
                     on tokens sampled from pi_old (the primary mismatch number);
     mismatch/kl_k1  mean(logp_old - logp): unbiased, signed, noisier estimate of the same KL.
+    cov/logp_adv_xy, cov/logp, cov/adv: mean(logp * A), mean(logp), mean(A), the moments of the covariance
+                    of the tokens' log-probs and advantages (:func:`finish_covariance` makes it, per step).
 
     0-d tensors, not read (:func:`learner.masked.read_floats` reads a micro-batch's metrics at once).
     """
     with torch.no_grad():
         mask = mask.bool()
         d = torch.where(mask, (logprobs - old_logprobs).to(torch.float64), 0.0)
+        x = torch.where(mask, logprobs.to(torch.float64), 0.0)
+        y = torch.where(mask, advantages.to(torch.float64), 0.0)
         rho = d.exp()
         denom = torch.as_tensor(total_tokens, dtype=torch.float64, device=d.device).clamp(min=1)
         below, above = (rho < 1 - eps_low) & mask, (rho > 1 + eps_high) & mask
@@ -154,9 +175,10 @@ def ratio_stat_values(
             below.sum() / denom, above.sum() / denom,
             masked_mean(rho - 1 - d, mask, count=denom),
             masked_mean(-d, mask, count=denom),
+            (x * y).sum() / denom, x.sum() / denom, y.sum() / denom,
         ])
     keys = ["ratio/mean", "ratio/max", "ratio/min", "clip/low_frac", "clip/high_frac", "clip/frac",
-            "ratio/below_band_frac", "ratio/above_band_frac", "mismatch/kl_k3", "mismatch/kl_k1"]
+            "ratio/below_band_frac", "ratio/above_band_frac", "mismatch/kl_k3", "mismatch/kl_k1", *COV_MOMENTS]
     return {prefix + k: v for k, v in zip(keys, vals.unbind())}
 
 
@@ -165,7 +187,7 @@ def ratio_stat_values(
 LAG_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
     ("0", 0, 0), ("1", 1, 1), ("2-3", 2, 3), ("4-7", 4, 7), ("8+", 8, None))
 # ratio_stats keys kept per bucket (the rest would only repeat the global row's)
-_BUCKET_RATIO_KEYS = ("ratio/mean", "ratio/max", "clip/low_frac", "clip/high_frac", "mismatch/kl_k3")
+_BUCKET_RATIO_KEYS = ("ratio/mean", "ratio/max", "clip/low_frac", "clip/high_frac", "mismatch/kl_k3", *COV_MOMENTS)
 
 
 def lag_bucket(lag: int) -> str:

@@ -59,8 +59,10 @@ import torch
 from actors.transport import WeightTransport, check_serves_versions
 from learner import checkpoint as ckpt_io
 from learner.admission import Admission, Collected, TrainedLedger
+from learner.batching import Row
 from learner.entropy_control import build_entropy_controller
 from learner.guard import Guard
+from learner.lag import finish_covariance
 from learner.lagged_weights import lagged_versions, republish_lagged, save_lagged
 from learner.modes import StepMode, mode_for
 from learner.rank_actor import RankGroup
@@ -226,7 +228,7 @@ class Learner:
         per_update, infos, sync_s = self._train(plan)
         t_train = time.monotonic() - t_prep - sync_s
         tokens = [i["tokens/global"] for i in infos]
-        losses = combine_updates(per_update, tokens)
+        losses = finish_covariance(combine_updates(per_update, tokens))
         losses["entropy/mean"] = losses.get("entropy/mean", float("nan"))     # no token trained: NaN, not 0
         self.controller.update(losses["entropy/mean"] if sum(tokens) > 0 else None)
         norms = [i["grad/norm"] for i in infos]
@@ -285,6 +287,12 @@ class Learner:
         return rows
 
     # --- checkpoints -------------------------------------------------------------------------------
+    def token_entropies(self, rows: list[Row], temperature: float) -> list[np.ndarray]:
+        """The current policy's entropy of softmax(logits / ``temperature``) at every response token of
+        ``rows`` (the full next-token distribution, not the sampled token), per row; between steps only."""
+        got = self.planner.per_token(rows, "policy", "entropy", temperature)
+        return [got[i] for i in range(len(rows))]
+
     def save_checkpoint(self) -> Path:
         """Save everything (``learner.checkpoint``), commit it, then ACK the groups it covers."""
         path = ckpt_io.checkpoint_dir(self.ckpt_home, self.steps_done)

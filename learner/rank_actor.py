@@ -95,8 +95,9 @@ class LearnerRank:
         return [self.engine.train_update(rows, mbs, version, loss_cfg, temperature, entropy_coef, required)
                 for version, mbs, required in updates]
 
-    def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, temperature: float, which: str) -> dict:
-        return self.engine.score_rows(rows, micro_batches, loss_cfg, temperature, which)
+    def score_rows(self, rows, micro_batches: list[list[int]], loss_cfg, temperature: float, which: str,
+                   what: str = "logp") -> dict:
+        return self.engine.score_rows(rows, micro_batches, loss_cfg, temperature, which, what)
 
     # --- PRIME's implicit PRM (learner.prm_engine) ---------------------------------------------
     def setup_prm(self, cfg: LearnerConfig) -> bool:

@@ -101,15 +101,21 @@ class StepPlanner:
 
     def score(self, rows: list[Row], which: str, attr: str) -> None:
         """Fill ``rows[i].<attr>`` with log-probs of the current policy / reference (no grad)."""
+        for i, values in self.per_token(rows, which, "logp", self.temperature).items():
+            setattr(rows[i], attr, values)
+
+    def per_token(self, rows: list[Row], which: str, what: str, temperature: float) -> dict[int, np.ndarray]:
+        """Row index -> a value per response token (``what``: "logp" or "entropy" of softmax(logits /
+        ``temperature``)) under the current policy or the reference, spread over the ranks (no grad)."""
         lengths = [r.input_len for r in rows]
         packed = self.cfg.packs_on(self.ranks.device)
         per_rank = assign_to_ranks(split_micro_batches(lengths, self.cfg.micro_batch_tokens, packed), lengths,
                                    self.ranks.world, packed)
-        ref = ray.put(rows)
-        for scored in self.ranks.call_each("score_rows", [(ref, per_rank[r], self.cfg.loss, self.temperature, which)
+        ref, out = ray.put(rows), {}
+        for scored in self.ranks.call_each("score_rows", [(ref, per_rank[r], self.cfg.loss, temperature, which, what)
                                                           for r in range(self.ranks.world)]):
-            for i, values in scored.items():
-                setattr(rows[i], attr, values)
+            out |= scored
+        return out
 
 
 def check_update_lags(report: LagReport, version: int, required: int | None, mode: StepMode) -> None:

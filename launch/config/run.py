@@ -73,6 +73,11 @@ class DataConfig(BaseModel):
     eval_every: int = Field(0, ge=0, description="Learner steps between avg@n evaluations (0 = only before and after).")
     eval_n: int = Field(4, ge=1, description="Samples per held-out problem for avg@n (AIME: 32).")
     eval_max_problems: int = Field(256, ge=1, description="Cap on held-out problems per evaluation.")
+    probe_problems: int = Field(32, ge=0, description="The entropy probe at every evaluation (launch.run.probe): "
+                                "the policy's own entropy (temperature 1) on responses it samples at temperature 1 "
+                                "for the first this-many held-out problems, the same in every run of the world "
+                                "(0 = no probe).")
+    probe_n: int = Field(4, ge=1, description="Responses sampled per probe problem.")
     over_issue_waste: float = Field(
         0.01, ge=0.0, le=0.2, description="Extra prompts per step for the groups dynamic sampling is expected "
         "to reject (rate of recent steps), so fewer replacements wait for a second generation round: as many as "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from launch.run.evaluation import Evaluator, evaluation_row, servable
 from launch.run.feeder import PromptFeeder
 from launch.run.progress import Progress, StartupClock, actors_tokens_per_s
 from launch.run.prompt_stats import PromptStats
+from launch.run.shared_eval import SHARED_EVAL_ENV, evaluation_key
 from launch.run.startup import (  # noqa: F401  (init_ray, local_resources, make_run_dir: the driver's API too)
     has_code,
     init_ray,
@@ -208,7 +210,8 @@ class _Run:
         self.stats = PromptStats(self.buffer)
         if self.eval_problems:
             self.evaluator = Evaluator(self.url, cfg.run_id, self.eval_problems, self.renderer, n=cfg.data.eval_n,
-                                       temperature=cfg.temperature, max_problems=cfg.data.eval_max_problems)
+                                       temperature=cfg.temperature, max_problems=cfg.data.eval_max_problems,
+                                       probe_problems=cfg.data.probe_problems, probe_n=cfg.data.probe_n)
             self._evaluate()
             self.clock.mark("first evaluation")
         print(self.clock.line(), flush=True)
@@ -217,9 +220,17 @@ class _Run:
     def _evaluate(self) -> None:
         if servable(self.learner, self.buffer):
             budget = self.cfg.data.eval_max_tokens(self.learner.steps_done)
-            self.result.evals.append(evaluation_row(self.evaluator, self.buffer, self.learner, budget))
+            key = self._shared_key(budget) if self.learner.version == 0 else None
+            self.result.evals.append(evaluation_row(self.evaluator, self.buffer, self.learner, budget, key))
             append_jsonl(self.result.evals[-1], self.run_path / "evals.jsonl")   # the whole run's, across resumes
             self.trackers.log_eval(self.result.evals[-1])
+
+    def _shared_key(self, budget: int) -> str | None:
+        """The step-0 evaluation's key, when the run is part of a report that shares it (launch.run.shared_eval)."""
+        if not os.environ.get(SHARED_EVAL_ENV):
+            return None
+        prompts = [self.renderer.ids(p) for p in self.evaluator.problems]
+        return evaluation_key(self.model_dir, prompts, self.cfg, budget)
 
     # -- the step loop -------------------------------------------------------------------------------
     def step_loop(self, on_step) -> None:

@@ -15,33 +15,39 @@ import numpy as np
 
 from actors.generation import eval_run_id
 from buffer import RunBuffer
-from buffer.messages import PromptMsg
+from buffer.messages import Group, PromptMsg
 from launch.run.data import PromptRenderer
+from launch.run.probe import measure_probe
+from launch.run.shared_eval import first_evaluation
 from rewards.evaluate import curve_ks, summarize
 from rewards.problems import Problem
 
 
 class Evaluator:
     def __init__(self, url: str, run_id: str, problems: list[Problem], renderer: PromptRenderer, *,
-                 n: int, temperature: float, max_problems: int, timeout_s: float = 1800.0):
+                 n: int, temperature: float, max_problems: int, probe_problems: int = 0, probe_n: int = 1,
+                 timeout_s: float = 1800.0):
         self.buffer = RunBuffer.from_url(url, eval_run_id(run_id))
         self.problems = problems[:max_problems]
+        self.probe_problems, self.probe_n = problems[:probe_problems], probe_n     # launch.run.probe
         self.renderer, self.n, self.temperature, self.timeout_s = renderer, n, temperature, timeout_s
         self._round = 0
 
-    def evaluate(self, version: int, step: int, max_tokens: int) -> dict:
-        """Sample n responses per held-out problem with weights >= `version` and the response budget
-        of the current stage; avg@n and pass@k for k = 1, 2, 4, ..., n."""
+    def sample(self, problems: list[Problem], *, n: int, temperature: float, version: int, step: int,
+               max_tokens: int, kind: str = "eval", seed: int | None = None) -> list[Group]:
+        """``n`` responses per problem sampled at ``temperature`` by weights >= ``version``, through the run's
+        ``.eval`` namespace (never seen by the learner); the groups in the problems' order. ``seed``: problem i
+        is sampled with seed + i (the same responses from the same weights), else with the engine's stream."""
         self._round += 1
-        tag = f"eval{self._round}-v{version}"
+        tag = f"{kind}{self._round}-v{version}"
         prompts = [PromptMsg(prompt_id=f"{tag}-{i}", data_source=p.data_source,
                              prompt_ids=np.asarray(self.renderer.ids(p), dtype=np.int32),
-                             answer=p.answer, n_samples=self.n, max_tokens=max_tokens, step=step,
-                             min_version=version, temperature=self.temperature, meta={"problem_id": p.id})
-                   for i, p in enumerate(self.problems)]
-        start = time.monotonic()
+                             answer=p.answer, n_samples=n, max_tokens=max_tokens, step=step,
+                             min_version=version, temperature=temperature, meta={"problem_id": p.id},
+                             seed=None if seed is None else seed + i)
+                   for i, p in enumerate(problems)]
         self.buffer.put_prompts(prompts)
-        groups, deadline = {}, start + self.timeout_s
+        groups, deadline = {}, time.monotonic() + self.timeout_s
         while len(groups) < len(prompts):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"evaluation {tag}: {len(groups)}/{len(prompts)} groups after {self.timeout_s}s")
@@ -49,12 +55,19 @@ class Evaluator:
             if got:
                 self.buffer.ack_groups([e for e, _ in got], [g.group_id for _, g in got], "evaluated")
             groups.update((g.group_id, g) for _, g in got if g.group_id.startswith(tag + "-"))
-        ordered = [groups[p.prompt_id] for p in prompts]
+        return [groups[p.prompt_id] for p in prompts]
+
+    def evaluate(self, version: int, step: int, max_tokens: int) -> dict:
+        """Sample n responses per held-out problem with weights >= `version` and the response budget
+        of the current stage; avg@n and pass@k for k = 1, 2, 4, ..., n."""
+        start = time.monotonic()
+        ordered = self.sample(self.problems, n=self.n, temperature=self.temperature, version=version, step=step,
+                              max_tokens=max_tokens)
         correct = [[r.reward_info.get("reason") == "correct" for r in g.responses] for g in ordered]
         report = summarize(correct, [g.data_source for g in ordered], ks=curve_ks(self.n))
         versions = [r.version_start for g in ordered for r in g.responses]
         return {"eval/avg@n": report.avg_at_n, **{f"eval/pass@{k}": v for k, v in report.pass_at_k.items()},
-                "eval/n": self.n, "eval/problems": len(prompts), "eval/version_min": min(versions),
+                "eval/n": self.n, "eval/problems": len(ordered), "eval/version_min": min(versions),
                 "eval/seconds": time.monotonic() - start,
                 **{f"eval/{src}/avg@n": r.avg_at_n for src, r in report.by_source.items()}}
 
@@ -70,11 +83,25 @@ def servable(learner, buffer) -> bool:
     return learner.version >= published
 
 
-def evaluation_row(evaluator: Evaluator, buffer, learner, max_tokens: int) -> dict:
-    """The learner's current version evaluated: the row (into the metrics stream) and its console line."""
+def evaluation_row(evaluator: Evaluator, buffer, learner, max_tokens: int, shared_key: str | None = None) -> dict:
+    """The learner's current version evaluated: the row (into the metrics stream) and its console line.
+    ``shared_key``: a step-0 evaluation its report may already hold (``launch.run.shared_eval``)."""
     step = learner.steps_done
-    row = {"step": step, "version": learner.version, **evaluator.evaluate(learner.version, step, max_tokens)}
+
+    def measure() -> dict:
+        row = evaluator.evaluate(learner.version, step, max_tokens)
+        if evaluator.probe_problems:
+            row |= measure_probe(evaluator, learner, evaluator.probe_problems, n=evaluator.probe_n,
+                                 sampling_temperature=evaluator.temperature, step=step, max_tokens=max_tokens)
+        return row
+
+    measured = measure() if shared_key is None else first_evaluation(measure, shared_key)
+    row = {"step": step, "version": learner.version, **measured}
     buffer.write_metrics(row)
+    shared = " (the report's, shared)" if measured.get("eval/shared") else ""
+    probe = (f"; probe entropy {row['probe/entropy']:.4f} at temperature 1, {row['probe/entropy_sampling_tau']:.4f} "
+             f"at {evaluator.temperature:g} over {row['probe/tokens']:.0f} tokens ({row['probe/seconds']:.1f}s)"
+             if "probe/entropy" in row else "")
     print(f"[eval] step {step} version {learner.version}: avg@{row['eval/n']} {row['eval/avg@n']:.3f} "
-          f"over {row['eval/problems']} problems ({row['eval/seconds']:.1f}s)", flush=True)
+          f"over {row['eval/problems']} problems ({row['eval/seconds']:.1f}s){probe}{shared}", flush=True)
     return row

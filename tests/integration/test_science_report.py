@@ -21,11 +21,13 @@ def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, caps
     assert main(argv) == 0
     printed = capsys.readouterr().out
     rows = list(csv.DictReader(open(out / "report.csv")))
-    assert len(rows) == len(finding("reuse").checks) == 3
-    assert [r["statistic"] for r in rows] == ["entropy_ratio", "accuracy_final", "decision_entropy_ratio"]
+    assert len(rows) == len(finding("reuse").checks) == 4
+    assert [r["statistic"] for r in rows] == ["probe_entropy_ratio", "probe_entropy_ratio", "accuracy_final",
+                                              "decision_entropy_ratio"]
     assert all(r["finding"] == "reuse" and r["verdict"] == "inconclusive" for r in rows)
     # the entropy split by grammar part exists in the routes world only: no decision verdict here
-    assert [r["seeds"] for r in rows] == ["1", "1", "0"]
+    assert [r["seeds"] for r in rows] == ["1", "1", "1", "0"]
+    assert [r["learner_side_statistic"] for r in rows] == ["entropy_ratio", "entropy_ratio", "", ""]
     assert not list((out / "runs").glob("*/entropy_sources.json"))
     assert float(rows[0]["stat_a_per_seed"]) > 0 and float(rows[0]["stat_b_per_seed"]) > 0   # entropy ratios
     assert all(r["paper"].startswith("lower") for r in rows)
@@ -34,11 +36,17 @@ def test_two_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, caps
     assert "--learner.lr" in html and "[verdict] reuse:" in printed
     # both arms ran with the comparison's one learning rate
     runs = sorted(p for p in (out / "runs").iterdir() if p.is_dir())
-    assert len(runs) == 2
+    assert len(runs) == 3
     assert all(r.with_suffix(".log").is_file() for r in runs)                # each run's own console
     import json
     lrs = {json.loads((r / "config.json").read_text())["learner"]["lr"] for r in runs}
     assert len(lrs) == 1
+    # the probe: at every evaluation, in every arm; at step 0 the same weights and seeded prompts give the
+    # same number in every arm (the third run, started when the shelf held it, reads the report's)
+    evals = {r.name: [json.loads(line) for line in (r / "evals.jsonl").read_text().splitlines()] for r in runs}
+    assert all(len(rows_) == 2 and all(row["probe/entropy"] > 0 for row in rows_) for rows_ in evals.values())
+    assert len({rows_[0]["probe/entropy"] for rows_ in evals.values()}) == 1
+    assert any("(the report's, shared)" in r.with_suffix(".log").read_text() for r in runs)
 
     assert main(argv) == 0                                                 # resumable: nothing is rerun
     assert "done before, kept" in capsys.readouterr().out

@@ -44,6 +44,9 @@ def test_prompt_round_trip():
     assert back.pin_version is None and b"pin_version" not in encode_prompt(p)   # absent unless pinned
     p.pin_version = 2                                                          # fixed-lag: exactly version 2
     assert decode_prompt(encode_prompt(p)).pin_version == 2
+    assert back.seed is None and b"seed" not in encode_prompt(p)               # absent: the engine's stream
+    p.seed = 1_000_003                                                         # the probe's: its own seed
+    assert decode_prompt(encode_prompt(p)).seed == 1_000_003
 
 
 GOOD = encode_group(make_group("g", n=2, tokens=4))
@@ -177,7 +180,8 @@ def test_oversize_rejected_before_parsing():
     ({"n_samples": 0}, "bad_field"), ({"prompt_ids": b""}, "empty_prompt"),
     ({"prompt_ids": pack_tokens([-1])}, "bad_tokens"), ({"schema": 2}, "unknown_schema"),
     ({"meta": "x"}, "bad_field"), ({"pin_version": "2"}, "bad_field"), ({"pin_version": -1}, "bad_field"),
-    ({"pin_version": 0, "min_version": 1}, "bad_field"),
+    ({"pin_version": 0, "min_version": 1}, "bad_field"), ({"seed": -1}, "bad_field"), ({"seed": 2**63}, "bad_field"),
+    ({"seed": "7"}, "bad_field"),
 ])
 def test_bad_prompt_rejected(change, reason):
     with pytest.raises(InvalidMessage) as info:

@@ -116,10 +116,11 @@ def test_judge_slope_by_hand():
 
 
 def test_lag_dose_response_leaves_out_the_ramp_in():
-    """Every dose is measured over the same steps, from the largest k (8) on: a lag-k run's first k steps
-    (lag < k) and, for equal windows, every run's first 8 hold 5.0 here, which would swamp every ratio.
-    Kept: steps 8, 9 (windows of 1 step): entropy 1.0 then r, so each dose's ratio is exactly
-    r = 1 - c_s * k: slopes -c_s = -0.05, -0.04, -0.06."""
+    """The checks read the probe: evaluation points at step 0 (the initial weights, 0.5 in every dose) and at
+    step 9 (0.5 r), so each dose's ratio is r = 1 - c_s * k: slopes -c_s = -0.05, -0.04, -0.06. The
+    learner-side twin, reported beside it, is measured over the same steps for every dose, from the largest
+    k (8) on: a lag-k run's first k steps (lag < k) and, for equal windows, every run's first 8 hold 5.0
+    here, which would swamp every ratio. Kept: steps 8, 9 (windows of 1 step): 1.0 then r, the same slopes."""
     from launch.experiments.science.findings import finding
     from launch.experiments.science.report import dose_statistics, evaluate
 
@@ -128,7 +129,8 @@ def test_lag_dose_response_leaves_out_the_ramp_in():
 
     def run(k: int, r: float) -> list[dict]:
         e = [5.0 if s < 8 else 1.0 if s == 8 else r for s in range(10)]
-        return _rows("entropy/mean", e, **{"reward/accuracy": 0.3})
+        probes = [{"step": 0, "probe/entropy": 0.5}, {"step": 9, "probe/entropy": 0.5 * r}]
+        return _rows("entropy/mean", e, **{"reward/accuracy": 0.3}) + probes
 
     c = [0.05, 0.04, 0.06]
     by_arm = {a.name: [run(k, 1 - cs * k) for cs in c] for a, k in zip(lag.arms, (0, 1, 2, 4, 8))}
@@ -138,6 +140,8 @@ def test_lag_dose_response_leaves_out_the_ramp_in():
     # mean -0.05, sd 0.01, se 0.01/sqrt(3) = 0.0057735, t = -8.660, half-width 4.303 * se = 0.024843
     assert ratio.verdict.effect == pytest.approx(-0.05) and ratio.verdict.t == pytest.approx(-8.660, abs=1e-3)
     assert ratio.verdict.half_width == pytest.approx(0.024843, abs=1e-6) and ratio.verdict.verdict == "agrees"
+    assert ratio.statistic == "probe_entropy_ratio" and ratio.learner_side.b == pytest.approx([-0.05, -0.04, -0.06])
+    assert "learner side (entropy_ratio, not judged in the family): agrees, effect -0.0500" in ratio.line()
     assert accuracy.verdict.effect == pytest.approx(0.0) and accuracy.verdict.verdict == "inconclusive"
 
 
@@ -242,3 +246,55 @@ def test_a_seed_estimate_only_where_the_half_width_target_means_something():
     assert v.line(power_target("length_growth")).endswith("(sd 0.0400 over 3 seeds, t = +14.72)")
     assert v.line(power_target("entropy_ratio")).endswith(
         "; wider than ± 0.05: about 5 seeds at this spread would reach it")
+
+
+def test_p_values_of_the_paired_t_test_match_the_t_table():
+    """At the table's two-sided 95% quantiles p is 0.05; t = 1 with 5 degrees of freedom: p = 0.3632
+    (exact: 2 * (1 - F_5(1))); t = 0: p = 1; an infinite t (no spread): p = 0."""
+    from launch.experiments.science.verdict import T95, t_two_sided_p
+
+    for dof in (1, 2, 3, 4, 10, 30):
+        assert t_two_sided_p(T95[dof], dof) == pytest.approx(0.05, abs=2e-4)
+        assert t_two_sided_p(-T95[dof], dof) == t_two_sided_p(T95[dof], dof)
+    assert t_two_sided_p(1.0, 5) == pytest.approx(0.36322, abs=1e-5)
+    assert t_two_sided_p(0.0, 3) == 1.0 and t_two_sided_p(math.inf, 3) == 0.0
+    # the Verdict's p: d = [0.30, 0.34, 0.38], t = +14.72 on 2 dof: p = 0.00458
+    assert judge([0.0] * 3, [0.30, 0.34, 0.38], "higher").p == pytest.approx(0.00458, abs=5e-5)
+    assert math.isnan(judge([0.0], [0.3], "higher").p)
+
+
+def test_holm_bonferroni_by_hand():
+    """p = (0.01, 0.04, 0.03, 0.005), m = 4, in increasing order: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06,
+    0.04*1 = 0.04 -> 0.06 (monotone); a check not measured (NaN) is out of the family."""
+    from launch.experiments.science.verdict import holm
+
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    got = holm([0.01, math.nan, 0.04])
+    assert got[0] == pytest.approx(0.02) and math.isnan(got[1]) and got[2] == pytest.approx(0.04)
+    assert holm([0.6, 0.9]) == [1.0, 1.0]          # capped at 1
+
+
+def test_the_report_adjusts_every_check_and_marks_shared_references():
+    """Three checks, two of them (reuse, minibatches) against the same on-policy runs: the raw verdicts
+    agree at p 0.0046 / 0.035 (t 5.20) / 0.040 (t 4.82); Holm over the family of 3 keeps the first
+    (3 * 0.0046 = 0.0137) and makes the others inconclusive (2 * 0.035 = 0.070, then max(0.070, 0.040))."""
+    from launch.experiments.science.findings import finding
+    from launch.experiments.science.report import CheckResult, correct_for_checks
+
+    def check(key, arm_a, b):
+        return CheckResult(finding(key), "claim", "entropy_ratio", arm_a, "b", "higher", "", judge([0.0] * 3, b, "higher"))
+
+    strong = [0.30, 0.34, 0.38]                       # t 14.72, p 0.00458
+    results = [check("reuse", "on-policy (1, D, D)", strong), check("minibatches", "on-policy (1, D, D)", [0.2, 0.3, 0.4]),
+               check("temperature", "τ 1.0", [0.2, 0.3, 0.42])]
+    ps = [r.verdict.p for r in results]
+    assert ps[0] < 0.05 / 3 and 0.025 < min(ps[1:]) and max(ps[1:]) < 0.05
+    assert [r.verdict.verdict for r in results] == ["agrees"] * 3
+    runs = {("reuse", "on-policy (1, D, D)"): "reuse1_dr64_dt64-s0-aa", ("minibatches", "on-policy (1, D, D)"):
+            "reuse1_dr64_dt64-s0-aa", ("temperature", "τ 1.0"): "temp_1-s0-bb"}
+    correct_for_checks(results, runs)
+    assert results[0].p_holm == pytest.approx(3 * ps[0]) and results[0].verdict_holm == "agrees"
+    assert [r.verdict_holm for r in results[1:]] == ["inconclusive", "inconclusive"]
+    assert results[1].p_holm == pytest.approx(2 * ps[1]) == results[2].p_holm
+    assert results[0].shares_reference_with == ("minibatches",) and results[1].shares_reference_with == ("reuse",)
+    assert results[2].shares_reference_with == ()

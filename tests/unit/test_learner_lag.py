@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from learner.lag import LAG_BUCKETS, LagReport, lag_bucket, lag_bucket_stats, lag_report, ratio_stats
+from learner.lag import LAG_BUCKETS, LagReport, lag_bucket, lag_bucket_stats, lag_report, ratio_stat_values, ratio_stats
+from learner.masked import read_floats
 
 
 def test_lag_report_hand_computed():
@@ -109,13 +110,18 @@ def test_lag_bucket_stats_hand_computed():
     b0, b23, b8 = ({k.removeprefix(f"lagbucket/{b}/"): v for k, v in m.items() if k.startswith(f"lagbucket/{b}/")}
                    for b in ("0", "2-3", "8+"))
     assert b0 == pytest.approx({"tokens": 2, "ratio/mean": 0.3125, "ratio/max": 1.5, "clip/low_frac": 0.0,
-                                "clip/high_frac": 0.125, "mismatch/kl_k3": 0.0118169, "entropy/mean": 0.15},
+                                "clip/high_frac": 0.125, "mismatch/kl_k3": 0.0118169, "entropy/mean": 0.15,
+                                # the covariance's moments, /T: logp (0, ln 1.5 = 0.405465), A +1
+                                "cov/logp_adv_xy": 0.0506831, "cov/logp": 0.0506831, "cov/adv": 0.25},
                                abs=1e-7)
+    # logp ln 0.5 = -0.693147, 0, ln 0.75 = -0.287682, A -1: xy 0.980829 / 8, logp -0.980829 / 8, A -3 / 8
     assert b23 == pytest.approx({"tokens": 3, "ratio/mean": 0.28125, "ratio/max": 1.0, "clip/low_frac": 0.25,
-                                 "clip/high_frac": 0.0, "mismatch/kl_k3": 0.0288536, "entropy/mean": 0.2},
+                                 "clip/high_frac": 0.0, "mismatch/kl_k3": 0.0288536, "entropy/mean": 0.2,
+                                 "cov/logp_adv_xy": 0.1226036, "cov/logp": -0.1226036, "cov/adv": -0.375},
                                 abs=1e-7)
     assert b8 == pytest.approx({"tokens": 1, "ratio/mean": 0.25, "ratio/max": 2.0, "clip/low_frac": 0.0,
-                                "clip/high_frac": 0.125, "mismatch/kl_k3": 0.0383566, "entropy/mean": 0.25},
+                                "clip/high_frac": 0.125, "mismatch/kl_k3": 0.0383566, "entropy/mean": 0.25,
+                                "cov/logp_adv_xy": 0.0866434, "cov/logp": 0.0866434, "cov/adv": 0.125},
                                abs=1e-7)
     no_entropy = lag_bucket_stats(logp, old, adv, mask, lag, 0.2, 0.2, total_tokens=8)
     assert not any(k.endswith("entropy/mean") for k in no_entropy)
@@ -138,3 +144,26 @@ def test_one_bucket_reuses_the_overall_ratio_statistics_and_a_row_without_tokens
     no_tokens[3] = False
     m = lag_bucket_stats(logp, old, adv, no_tokens, torch.tensor([0, 2, 3, 9]), 0.2, 0.2, 8, ent)
     assert {k.split("/")[1] for k in m} == {"0", "2-3"}
+
+
+def test_covariance_of_log_probs_and_advantages_per_step_by_hand():
+    """Three trained tokens, logp (-1, -2, -0.5), A (1, -1, 1), in two updates (T 2, then 1):
+    mean(logp A) = (-1 + 2 - 0.5) / 3 = 1/6, mean(logp) = -3.5/3, mean(A) = 1/3:
+    cov = 1/6 + 3.5/9 = 0.5555556. A bucket whose advantage is constant has covariance 0."""
+    from learner.lag import finish_covariance
+    from learner.reduce import combine_updates
+
+    def update(logp, adv, lags):
+        logp = torch.tensor([logp], dtype=torch.float64)
+        adv = torch.tensor([adv], dtype=torch.float64)
+        mask = torch.ones_like(logp, dtype=torch.bool)
+        values = read_floats(ratio_stat_values(logp, logp, adv, mask, 0.2, 0.2, total_tokens=logp.shape[1]))
+        return values | lag_bucket_stats(logp, logp, adv, mask, torch.tensor(lags), 0.2, 0.2, logp.shape[1])
+
+    step = finish_covariance(combine_updates([update([-1.0, -2.0], [1.0, -1.0], [0]), update([-0.5], [1.0], [1])],
+                                             [2.0, 1.0]))
+    assert step["cov/logp_adv"] == pytest.approx(1 / 6 + 3.5 / 9)
+    assert not any(k.endswith(("cov/logp_adv_xy", "cov/logp", "cov/adv")) for k in step)   # moments folded
+    # bucket 0 (both tokens of update 1): mean(logp A) = 0.5, mean(logp) -1.5, mean(A) 0: cov 0.5
+    assert step["lagbucket/0/cov/logp_adv"] == pytest.approx(0.5)
+    assert step["lagbucket/1/cov/logp_adv"] == pytest.approx(0.0)          # one token: no spread

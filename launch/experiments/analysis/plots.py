@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 STEP = "step"
-ENTROPY_KEYS = ("entropy/mean",)
+# the learner-side entropy per step, and the probe's (temperature 1, fixed prompts) at each evaluation
+ENTROPY_KEYS = ("entropy/mean", "probe/entropy")
 REWARD_KEYS = ("reward/mean", "reward/accuracy")
 EVAL_KEYS = ("eval/accuracy", "eval/avg@n")
 
@@ -53,7 +54,8 @@ def no_data(ax: Axes, title: str, keys: Iterable[str]) -> int:
 
 
 def draw_line(ax: Axes, df: pd.DataFrame, key: str, **style) -> int:
-    """``key`` vs step (dashed with markers for ``eval/*``); returns the points drawn."""
+    """``key`` vs step (dashed with markers for the evaluation points' ``eval/*`` and ``probe/*``); returns the
+    points drawn."""
     import pandas as pd
 
     if key not in df.columns:
@@ -61,7 +63,7 @@ def draw_line(ax: Axes, df: pd.DataFrame, key: str, **style) -> int:
     s = df[[STEP, key]].apply(pd.to_numeric, errors="coerce").dropna()
     if s.empty:
         return 0
-    is_eval = key.startswith("eval/")
+    is_eval = key.startswith(("eval/", "probe/"))
     style = {"linestyle": "--" if is_eval else "-", "marker": "o" if is_eval or len(s) == 1 else None,
              "markersize": 4, "label": key, **style}
     ax.plot(s[STEP], s[key], **style)
@@ -129,7 +131,8 @@ def mark_stages(ax: Axes, df: pd.DataFrame) -> int:
 
 
 def plot_entropy(ax: Axes, df: pd.DataFrame) -> int:
-    """entropy/mean (left axis) and the entropy coefficient alpha (right axis) vs step, with the
+    """entropy/mean and the probe's entropy at each evaluation (left axis) and the entropy coefficient alpha
+    (right axis) vs step, with the
     adaptive control's target; the steps the lag guard held the run on-policy are shaded and
     multi-stage boundaries marked."""
     import pandas as pd

@@ -85,11 +85,11 @@ class Finding:
 def entropy_control_checks(adaptive: str, none: str, fixed: str) -> tuple[Check, ...]:
     """Skywork-OR1's entropy-loss ablation as three checks on the arms named."""
     return (Check("without an entropy term entropy ends lower than under adaptive control",
-                  "entropy_final", adaptive, none, "lower",
+                  "probe_entropy_final", adaptive, none, "lower",
                   "lower: with no entropy term entropy collapses toward 0 while adaptive control holds it "
                   "near its 0.2 target (figures only)"),
             Check("a large fixed coefficient (1e-2) drives entropy above adaptive control's",
-                  "entropy_final", adaptive, fixed, "higher",
+                  "probe_entropy_final", adaptive, fixed, "higher",
                   "higher: fixed coefficients of 5e-3 and 1e-2 make entropy blow up (figures only)"),
             Check("adaptive control ends closer to its target than no entropy term",
                   "entropy_target_gap", adaptive, none, "higher",
@@ -102,49 +102,68 @@ LAG_DOSES = (0, 1, 2, 4, 8)
 LAG_ARMS = tuple(Arm(f"lag {k}", f"fixedlag_{k}", skip_steps=max(LAG_DOSES)) for k in LAG_DOSES)
 ONPOLICY = Arm("on-policy (1, D, D)", "reuse1_dr64_dt64")
 REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")
+REUSE_ONLY = Arm("reuse 4 alone (4, D, D)", "reuse4_dr64_dt64")      # 4 updates a step from reuse, no mini-batches
+NO_CONTROL = ("--learner.entropy.type", "none")
 REUSE4_SYMMETRIC = Arm("reuse 4, eps_high 0.2", REUSE4.preset, ("--learner.entropy.type", "adaptive"))
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
         "reuse", "Off-policy sample reuse collapses entropy faster", "Skywork-OR1 §4 (Figure: off-policy ablation)",
-        "slips", (ONPOLICY, REUSE4),
+        "slips", (ONPOLICY, REUSE4, REUSE_ONLY),
         (Check("reuse-4 (16 updates per rollout batch) keeps less of its entropy than on-policy",
-               "entropy_ratio", ONPOLICY.name, REUSE4.name, "lower",
+               "probe_entropy_ratio", ONPOLICY.name, REUSE4.name, "lower",
                "lower: (4, 64, 16)'s entropy collapses faster than (1, 64, 64)'s and its test accuracy "
                "ends lower (sizes shown in figures, not stated)"),
+         Check("reuse alone (4, D, D: 4 updates, no mini-batches) keeps less of its entropy than on-policy",
+               "probe_entropy_ratio", ONPOLICY.name, REUSE_ONLY.name, "lower",
+               "lower: more SGD steps per rollout batch collapse entropy faster, from reuse as from "
+               "mini-batches (figures only)"),
          Check("reuse-4 ends with a lower accuracy than on-policy", "accuracy_final", ONPOLICY.name, REUSE4.name,
                "lower", "lower: the off-policy runs' test accuracy ends below the on-policy run's (figures only)"),
          Check("reuse-4 keeps less of its entropy on the decisions that change the reward (direction, form)",
                "decision_entropy_ratio", ONPOLICY.name, REUSE4.name, "lower",
                "lower: as the entropy ratio (the paper measures all tokens; in the routes world two thirds of "
                "the entropy sits in reward-idle check words and separators, which RL leaves alone)")),
-        gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16"}, final_model=True),
+        gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16", REUSE_ONLY.name: "reuse4_dr64_dt64"},
+        final_model=True),
     Finding(
         "minibatches", "More mini-batches per rollout batch also speed up collapse", "Skywork-OR1 §4",
         # a preset, not a --learner.batch.mini_batch override: an absolute D_T would be applied after a
         # world's scaling (D_R 32 or 16 there) and lose the ratio D_R/D_T = 4
         "slips", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt16")),
         (Check("(1, D_R, D_T) with D_T = D_R/4 keeps less entropy than (1, D, D)",
-               "entropy_ratio", ONPOLICY.name, "(1, D, D/4)", "lower",
+               "probe_entropy_ratio", ONPOLICY.name, "(1, D, D/4)", "lower",
                "lower: more SGD steps per batch, from mini-batches as from reuse, collapse entropy faster "
                "(figures only)"),),
         gpu={ONPOLICY.name: "reuse1_dr64_dt64", "(1, D, D/4)": "reuse1_dr64_dt16"}),
     Finding(
         "temperature", "A low sampling temperature collapses faster", "Skywork-OR1 §4 (temperature ablation)",
-        "slips", (Arm("tau 1.0", "temp_1"), Arm("tau 0.6", "temp_0.6")),
-        (Check("tau 0.6 keeps less of its entropy than tau 1.0", "entropy_ratio", "tau 1.0", "tau 0.6", "lower",
+        "slips", (Arm("tau 1.0", "temp_1", NO_CONTROL), Arm("tau 0.6", "temp_0.6", NO_CONTROL),
+                  Arm("tau 1.0, adaptive", "temp_1"), Arm("tau 0.6, adaptive", "temp_0.6")),
+        (Check("tau 0.6 keeps less of the policy's own entropy (temperature 1) than tau 1.0, no entropy term",
+               "probe_entropy_ratio", "tau 1.0", "tau 0.6", "lower",
                "lower: tau 0.6 starts with less entropy, gives a weaker learning signal and ends with lower "
-               "test accuracy than tau 1.0 (figures only)"),),
-        gpu={"tau 1.0": "temp_1", "tau 0.6": "temp_0.6"}),
+               "test accuracy than tau 1.0 (figures only)"),
+         Check("tau 0.6 ends with a lower held-out accuracy than tau 1.0, no entropy term", "accuracy_final",
+               "tau 1.0", "tau 0.6", "lower", "lower: tau 0.6 ends with lower test accuracy (figures only)"),
+         Check("tau 0.6 keeps less of the policy's own entropy than tau 1.0, adaptive control in both",
+               "probe_entropy_ratio", "tau 1.0, adaptive", "tau 0.6, adaptive", "lower",
+               "lower: as without the entropy term (the paper's runs use adaptive control)")),
+        notes="The policy's own entropy (the probe, temperature 1) in every arm: the learner-side entropy of a "
+              "tau 0.6 arm is that of its tempered sampling distribution. The entropy term is off in the first "
+              "pair (adaptive control acts on the learner-side entropy, so it would act in one arm only) and on "
+              "in both arms of the second.",
+        gpu={"tau 1.0": "temp_1 + --learner.entropy.type none", "tau 0.6": "temp_0.6 + --learner.entropy.type none",
+             "tau 1.0, adaptive": "temp_1", "tau 0.6, adaptive": "temp_0.6"}),
     Finding(
         "clip_higher", "Clip-higher keeps entropy up; a large eps_high blows it up",
         "DAPO §3.1; Skywork-OR1 §4 (clip-higher ablation)", "slips",
         (Arm("eps_high 0.2", "cliphigh_0.2"), Arm("eps_high 0.28", "cliphigh_0.28"),
          Arm("eps_high 0.5", "cliphigh_0.28", ("--learner.loss.eps_high", "0.5"))),
-        (Check("eps_high 0.28 keeps more entropy than 0.2", "entropy_ratio", "eps_high 0.2", "eps_high 0.28", "higher",
+        (Check("eps_high 0.28 keeps more entropy than 0.2", "probe_entropy_ratio", "eps_high 0.2", "eps_high 0.28", "higher",
                "higher: with eps_high 0.2 entropy falls fast; 0.28 keeps it up (DAPO Figure 2); in DAPO's "
                "ablation table clip-higher adds 2 points of AIME 2024 avg@32 (36 -> 38)"),
-         Check("eps_high 0.5 raises entropy above 0.28's", "entropy_ratio", "eps_high 0.28", "eps_high 0.5",
+         Check("eps_high 0.5 raises entropy above 0.28's", "probe_entropy_ratio", "eps_high 0.28", "eps_high 0.5",
                "higher", "higher: a larger eps_high raises entropy, and too large a value lets it climb "
                "(figures only)")),
         gpu={"eps_high 0.2": "cliphigh_0.2", "eps_high 0.28": "cliphigh_0.28",
@@ -179,7 +198,7 @@ FINDINGS: tuple[Finding, ...] = (
         # the symmetric arm is entropy_control_reuse's adaptive arm, the same overrides: one set of runs
         (REUSE4_SYMMETRIC, Arm("reuse 4, eps_high 0.28", REUSE4.preset,
                                (*REUSE4_SYMMETRIC.overrides, "--learner.loss.eps_high", "0.28"))),
-        (Check("under reuse-4 eps_high 0.28 keeps more entropy than 0.2", "entropy_ratio",
+        (Check("under reuse-4 eps_high 0.28 keeps more entropy than 0.2", "probe_entropy_ratio",
                "reuse 4, eps_high 0.2", "reuse 4, eps_high 0.28", "higher",
                "higher: with eps_high 0.2 entropy falls fast; 0.28 keeps it up (DAPO Figure 2, trained with "
                "16 gradient updates per rollout: 512 prompts x 16 responses, mini-batches of 512)"),
@@ -197,7 +216,7 @@ FINDINGS: tuple[Finding, ...] = (
         "lag", "Entropy and accuracy against lag as a controlled dose", "Skywork-OR1 §4 (off-policy updates "
         "speed up entropy collapse), measured here as a dose: every token trained at update lag exactly k",
         "slips", LAG_ARMS,
-        (SlopeCheck("entropy ratio falls as the lag k grows (0, 1, 2, 4, 8)", "entropy_ratio",
+        (SlopeCheck("entropy ratio falls as the lag k grows (0, 1, 2, 4, 8)", "probe_entropy_ratio",
                     tuple((a.name, float(k)) for a, k in zip(LAG_ARMS, LAG_DOSES)), "lower",
                     "lower, as a direction only: the paper compares off- with on-policy updates and reports "
                     "no dose-response"),

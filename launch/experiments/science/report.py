@@ -14,18 +14,30 @@ import html
 import io
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from launch.experiments.science.findings import Finding, SlopeCheck
-from launch.experiments.science.verdict import Verdict, judge, judge_slope, power_target, statistic
+from launch.experiments.science.verdict import (
+    LEARNER_SIDE,
+    Verdict,
+    holm,
+    judge,
+    judge_slope,
+    power_target,
+    statistic,
+)
 
-PANELS = (("entropy/mean", "entropy"), ("reward/accuracy", "accuracy (training)"),
+PANELS = (("probe/entropy", "probe entropy (temperature 1, evaluations)"), ("entropy/mean", "entropy (learner side)"),
+          ("reward/accuracy", "accuracy (training)"),
           ("length/mean", "response length (tokens)"), ("clip/frac", "clipped-token fraction"))
 CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "paper", "verdict", "effect",
-              "half_width_95", "spread", "seeds", "t", "stat_a_per_seed", "stat_b_per_seed", "source")
+              "half_width_95", "spread", "seeds", "t", "p", "p_holm", "verdict_holm", "shares_reference_with",
+              "stat_a_per_seed", "stat_b_per_seed", "learner_side_statistic", "learner_side_effect",
+              "learner_side_verdict", "source")
+ALPHA = 0.05            # the family-wise level of the Holm-adjusted verdicts
 
 
 @dataclass
@@ -38,33 +50,52 @@ class CheckResult:
     expect: str
     paper: str
     verdict: Verdict
+    p_holm: float = math.nan             # Holm-adjusted over the report's family of checks (correct_for_checks)
+    learner_side: Verdict | None = None  # a probe check: the same comparison on the learner-side entropy
+    shares_reference_with: tuple[str, ...] = ()     # other findings whose checks read the same reference runs
+
+    @property
+    def verdict_holm(self) -> str:
+        """The verdict at family-wise level ALPHA: the raw one where its adjusted p is below ALPHA, else
+        inconclusive."""
+        return self.verdict.verdict if self.p_holm < ALPHA else "inconclusive"
 
     def line(self) -> str:
         """The verdict's line, with a seed estimate where ± 0.05 is a target for this statistic."""
-        return self.verdict.line(power_target(self.statistic))
+        text = self.verdict.line(power_target(self.statistic))
+        if self.learner_side is not None:
+            v = self.learner_side
+            text += (f"; learner side ({LEARNER_SIDE[self.statistic]}, not judged in the family): {v.verdict}, "
+                     f"effect {v.effect:+.4f}")
+        return text
 
 
 def evaluate(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]) -> list[CheckResult]:
     """Verdicts of one finding; ``rows_by_arm[arm]`` = one rows list per seed, in seed order, None
     where that seed's run is missing (so seed s of one arm always pairs with seed s of the other).
     Each arm's statistics leave out its first ``skip_steps`` steps."""
-    skip = {a.name: a.skip_steps for a in finding.arms}
     out = []
     for c in finding.checks:
-        if isinstance(c, SlopeCheck):
-            doses = [dose for _, dose in c.doses]
-            per_dose = dose_statistics(finding, c, rows_by_arm)
-            out.append(CheckResult(finding, c.claim, c.statistic, None, c.b, c.expect, c.paper,
-                                   judge_slope(doses, per_dose, c.expect)))
-            continue
-        runs_b = rows_by_arm.get(c.b, [])
-        runs_a = rows_by_arm.get(c.a, []) if c.a is not None else []
-        runs_a = list(runs_a) + [None] * (len(runs_b) - len(runs_a))
-        b = [statistic(c.statistic, rb, ra, skip.get(c.b, 0)) for rb, ra in zip(runs_b, runs_a)]
-        a = ([statistic(c.statistic, ra, rb, skip.get(c.a, 0)) for ra, rb in zip(runs_a, runs_b)]
-             if c.a is not None else [0.0] * len(b))
-        out.append(CheckResult(finding, c.claim, c.statistic, c.a, c.b, c.expect, c.paper, judge(a, b, c.expect)))
+        twin = LEARNER_SIDE.get(c.statistic)
+        out.append(CheckResult(finding, c.claim, c.statistic, c.a, c.b, c.expect, c.paper,
+                               _judge(finding, c, c.statistic, rows_by_arm),
+                               learner_side=_judge(finding, c, twin, rows_by_arm) if twin else None))
     return out
+
+
+def _judge(finding: Finding, c, name: str, rows_by_arm: dict[str, list[list[dict] | None]]) -> Verdict:
+    """Check ``c`` judged on the statistic ``name``."""
+    skip = {a.name: a.skip_steps for a in finding.arms}
+    if isinstance(c, SlopeCheck):
+        doses = [dose for _, dose in c.doses]
+        return judge_slope(doses, dose_statistics(finding, replace(c, statistic=name), rows_by_arm), c.expect)
+    runs_b = rows_by_arm.get(c.b, [])
+    runs_a = rows_by_arm.get(c.a, []) if c.a is not None else []
+    runs_a = list(runs_a) + [None] * (len(runs_b) - len(runs_a))
+    b = [statistic(name, rb, ra, skip.get(c.b, 0)) for rb, ra in zip(runs_b, runs_a)]
+    a = ([statistic(name, ra, rb, skip.get(c.a, 0)) for ra, rb in zip(runs_a, runs_b)]
+         if c.a is not None else [0.0] * len(b))
+    return judge(a, b, c.expect)
 
 
 def dose_statistics(finding: Finding, check: SlopeCheck,
@@ -76,6 +107,27 @@ def dose_statistics(finding: Finding, check: SlopeCheck,
             for arm, _ in check.doses]
 
 
+def correct_for_checks(results: list[CheckResult], reference_run: dict[tuple[str, str], str]) -> list[CheckResult]:
+    """Every check of the report is one family: Holm-Bonferroni adjusted p-values into ``p_holm`` (a check
+    not measured, p NaN, is left out of the family). ``reference_run[(finding, arm)]`` names the runs of an arm
+    (its seed-0 run key): checks of other findings whose reference arm is the same runs are named in
+    ``shares_reference_with``; their verdicts are not independent."""
+    for r, adjusted in zip(results, holm([r.verdict.p for r in results])):
+        r.p_holm = adjusted
+    findings_of: dict[str, set[str]] = {}
+    for r in results:
+        if r.arm_a is not None and (run := reference_run.get((r.finding.key, r.arm_a))):
+            findings_of.setdefault(run, set()).add(r.finding.key)
+    for r in results:
+        run = reference_run.get((r.finding.key, r.arm_a)) if r.arm_a is not None else None
+        r.shares_reference_with = tuple(sorted(findings_of.get(run, set()) - {r.finding.key})) if run else ()
+    return results
+
+
+def _family(results: list[CheckResult]) -> int:
+    return sum(1 for r in results if math.isfinite(r.verdict.p))
+
+
 def write_csv(results: list[CheckResult], path: Path) -> Path:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, CSV_FIELDS)
@@ -85,9 +137,15 @@ def write_csv(results: list[CheckResult], path: Path) -> Path:
             w.writerow({"finding": r.finding.key, "claim": r.claim, "statistic": r.statistic, "arm_a": r.arm_a or "0",
                         "arm_b": r.arm_b, "expect": r.expect, "paper": r.paper, "verdict": v.verdict,
                         "effect": _num(v.effect), "half_width_95": _num(v.half_width), "spread": _num(v.spread),
-                        "seeds": v.n, "t": _num(v.t),
+                        "seeds": v.n, "t": _num(v.t), "p": _num(v.p), "p_holm": _num(r.p_holm),
+                        "verdict_holm": r.verdict_holm,
+                        "shares_reference_with": " ".join(r.shares_reference_with),
                         "stat_a_per_seed": " ".join(_num(x) for x in v.a),
-                        "stat_b_per_seed": " ".join(_num(x) for x in v.b), "source": r.finding.source})
+                        "stat_b_per_seed": " ".join(_num(x) for x in v.b),
+                        "learner_side_statistic": LEARNER_SIDE.get(r.statistic, ""),
+                        "learner_side_effect": _num(r.learner_side.effect) if r.learner_side else "",
+                        "learner_side_verdict": r.learner_side.verdict if r.learner_side else "",
+                        "source": r.finding.source})
     return path
 
 
@@ -173,7 +231,8 @@ def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path
         f"<td>{esc(r.paper)}</td>"
         f"<td>{_num(r.verdict.effect)} ± {_num(r.verdict.half_width)} (sd {_num(r.verdict.spread)}, "
         f"n={r.verdict.n}, t={_num(r.verdict.t)})</td>"
-        f"<td><b>{r.verdict.verdict}</b></td></tr>" for r in results)
+        f"<td><b>{r.verdict.verdict}</b> (p {_num(r.verdict.p)})</td><td><b>{r.verdict_holm}</b> "
+        f"(p {_num(r.p_holm)})</td><td>{esc(' '.join(r.shares_reference_with))}</td></tr>" for r in results)
     sections = []
     for f in {r.finding.key: r.finding for r in results}.values():
         checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, {esc(r.line())}</li>"
@@ -196,5 +255,6 @@ def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path
         f"<h1>{esc(title)}</h1><p>{esc(preamble)}</p>"
         "<table><tr><th>finding</th><th>claim</th><th>statistic</th><th>compared</th><th>expected</th>"
         "<th>the paper reports</th>"
-        f"<th>effect ± 95% CI half-width</th><th>verdict</th></tr>{rows}</table>{''.join(sections)}</body></html>")
+        f"<th>effect ± 95% CI half-width</th><th>verdict</th><th>Holm-adjusted over the {_family(results)} "
+        f"checks</th><th>reference runs shared with</th></tr>{rows}</table>{''.join(sections)}</body></html>")
     return path

@@ -72,6 +72,28 @@ def entropy_target_gap(rows: Rows, reference: Rows = ()) -> float:
     return abs(entropy_final(rows) - target)
 
 
+def _probe_series(rows: Rows) -> np.ndarray:
+    """``probe/entropy`` at each evaluation point, in step order (launch.run.probe)."""
+    return _series([r for r in rows if isinstance(r.get("probe/entropy"), (int, float))], "probe/entropy")
+
+
+def probe_entropy_ratio(rows: Rows) -> float:
+    """The probe's entropy (the policy's own, temperature 1, on fixed held-out prompts: launch.run.probe) at
+    the last evaluation point over that at the first: how much of its entropy the policy kept, measured
+    the same way in every arm (the learner-side ``entropy_ratio`` is taken at the sampling temperature on
+    the tokens each arm trains). NaN with fewer than two evaluation points."""
+    e = _probe_series(rows)
+    e = e[np.isfinite(e)]
+    return float(e[-1] / e[0]) if len(e) >= 2 and e[0] > 0 else math.nan
+
+
+def probe_entropy_final(rows: Rows) -> float:
+    """The probe's entropy at the last evaluation point (nats per token, temperature 1)."""
+    e = _probe_series(rows)
+    e = e[np.isfinite(e)]
+    return float(e[-1]) if len(e) else math.nan
+
+
 def length_growth(rows: Rows) -> float:
     """Mean response length of the last 20% of steps minus that of the first 20% (tokens)."""
     lengths = _series(rows, "length/mean")
@@ -112,7 +134,10 @@ STATISTICS: dict[str, Callable[[Rows], float]] = {
     "entropy_ratio": entropy_ratio, "entropy_final": entropy_final, "entropy_target_gap": entropy_target_gap,
     "length_growth": length_growth, "accuracy_final": accuracy_final,
     "truncation_drop_at_stage_starts": truncation_drop_at_stage_starts, "decision_entropy_ratio": decision_entropy_ratio,
+    "probe_entropy_ratio": probe_entropy_ratio, "probe_entropy_final": probe_entropy_final,
 }
+# a probe statistic -> the learner-side one it replaces in the checks (reported beside it, not judged)
+LEARNER_SIDE = {"probe_entropy_ratio": "entropy_ratio", "probe_entropy_final": "entropy_final"}
 REFERENCED = {"entropy_target_gap"}     # statistics that also read the paired run of the other arm
 
 
@@ -123,10 +148,13 @@ def from_step(rows: Rows, first: int) -> list[dict]:
 
 
 def statistic(name: str, rows: Rows | None, reference: Rows | None = None, skip_steps: int = 0) -> float:
-    """STATISTICS[name] of one run from step ``skip_steps`` on; NaN for a missing run (a seed that failed)."""
+    """STATISTICS[name] of one run from step ``skip_steps`` on; NaN for a missing run (a seed that failed). A
+    probe statistic reads every evaluation point: the first, step 0's, measures the initial weights, the
+    same in every arm (so the lag doses share their window there too)."""
     if rows is None:
         return math.nan
-    rows = from_step(rows, skip_steps)
+    if name not in LEARNER_SIDE:          # the probe measures evaluation points, the first being step 0's
+        rows = from_step(rows, skip_steps)
     if name in REFERENCED:
         return STATISTICS[name](rows, reference or ())
     return STATISTICS[name](rows)
@@ -167,6 +195,13 @@ class Verdict:
             n += 1
         return n
 
+    @property
+    def p(self) -> float:
+        """Two-sided p-value of the paired t-test (NaN below 2 seeds)."""
+        if self.n < 2 or math.isnan(self.t):
+            return math.nan
+        return t_two_sided_p(self.t, self.n - 1)
+
     def line(self, target: float | None = POWER_HALF_WIDTH) -> str:
         """The verdict, its effect and interval; where the interval is wider than ``target``, about how
         many seeds would narrow it to that (no target: no estimate)."""
@@ -191,6 +226,53 @@ def t95(dof: int) -> float:
         return T95[dof]
     z = 1.959964
     return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+
+
+def t_two_sided_p(t: float, dof: int) -> float:
+    """P(|T| >= |t|) for Student's t with ``dof`` degrees of freedom: the regularized incomplete beta
+    I_x(dof/2, 1/2) at x = dof / (dof + t^2)."""
+    if math.isinf(t):
+        return 0.0
+    return _betainc(dof / 2, 0.5, dof / (dof + t * t))
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified Lentz;
+    the symmetry I_x(a, b) = 1 - I_{1-x}(b, a) where the fraction converges slowly)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-14:
+            break
+    return front * (f - 1.0)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values over the family ``p_values`` (NaN: a check not measured, left out of
+    the family and NaN in the result): the i-th smallest of m p-values times (m - i + 1), made monotone and
+    capped at 1. A check holds at family-wise level alpha when its adjusted p is below alpha."""
+    ranked = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m, out, running = len(ranked), [math.nan] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(ranked):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
 
 
 def judge(a: Sequence[float], b: Sequence[float], expect: Literal["higher", "lower"]) -> Verdict:
