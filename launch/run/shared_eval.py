@@ -38,6 +38,9 @@ class EvalShelf:
         self.rows: dict[str, dict] = {}
         self.last = time.monotonic()
         self.lock = threading.Lock()
+        # its own thread, not a method call: a call that never returns would hold one of the actor's
+        # max_concurrency slots, and a few such calls would leave none for get and put
+        threading.Thread(target=self._leave_when_idle, daemon=True, name="eval-shelf-idle").start()
 
     def get(self, key: str) -> dict | None:
         self.last = time.monotonic()
@@ -48,11 +51,11 @@ class EvalShelf:
             self.last = time.monotonic()
             self.rows.setdefault(key, row)
 
-    def watch(self) -> None:
-        """Runs until the shelf has been idle IDLE_S, then ends the actor (it is detached: nothing else would)."""
+    def _leave_when_idle(self) -> None:
+        """Once the shelf has been idle IDLE_S, the actor ends (it is detached: nothing else would end it)."""
         while time.monotonic() - self.last < IDLE_S:
-            time.sleep(60.0)
-        ray.actor.exit_actor()
+            time.sleep(min(60.0, IDLE_S))
+        ray.kill(ray.get_runtime_context().current_actor)
 
 
 def shelf():
@@ -60,9 +63,7 @@ def shelf():
     name = os.environ.get(SHARED_EVAL_ENV)
     if not name:
         return None
-    handle = EvalShelf.options(name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached").remote()
-    handle.watch.remote()          # a second watch of a live shelf just waits beside the first
-    return handle
+    return EvalShelf.options(name=name, namespace=NAMESPACE, get_if_exists=True, lifetime="detached").remote()
 
 
 @lru_cache(maxsize=8)

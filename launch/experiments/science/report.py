@@ -31,7 +31,7 @@ from launch.experiments.science.verdict import (
 )
 
 PANELS = (("probe/entropy", "probe entropy (temperature 1, evaluations)"), ("entropy/mean", "entropy (learner side)"),
-          ("reward/accuracy", "accuracy (training)"),
+          ("cov/logp_adv", "cov(log-prob, advantage), trained tokens"), ("reward/accuracy", "accuracy (training)"),
           ("length/mean", "response length (tokens)"), ("clip/frac", "clipped-token fraction"))
 CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "paper", "verdict", "effect",
               "half_width_95", "spread", "seeds", "t", "p", "p_holm", "verdict_holm", "shares_reference_with",
