@@ -41,6 +41,7 @@ UPLOAD_EXCLUDES = [".venv/", ".git/", ".cache/", "runs/", "**/__pycache__/", ".p
 DRIVER_CPUS = 1.0          # a run's driver process (feeder, evaluator, summary): the job's entrypoint resources
 POLL_S = 2.0
 SUBMIT_WAIT_S = 120.0      # how long a submission the job server turns away "for now" is tried again
+LOG_SETTLE_S = 20.0        # how long a succeeded job's log may take to show the results it printed last
 
 
 def run_needs(cfg) -> dict[str, float]:
@@ -131,11 +132,23 @@ class JobRunner:
         fits = fits_at_once(self._needs, self.cluster_resources())
         return min(fits, self.max_concurrent) if self.max_concurrent else fits
 
+    def width_now(self, specs: list[RunSpec], width: int) -> int:
+        """:meth:`concurrency` now, or ``width`` as it was when the cluster cannot say (and the report goes on)."""
+        try:
+            return self.concurrency(specs)
+        except Exception as exc:
+            self.say(f"[science] the cluster's resources could not be read ({type(exc).__name__}: {exc}); "
+                     f"still {width} at a time")
+            return width
+
     def cluster_resources(self) -> dict[str, float]:
         from ray.util.state import list_nodes
 
         total: dict[str, float] = {}
-        for node in list_nodes(address=self.address, filters=[("state", "=", "ALIVE")]):
+        # every node, dead ones too (a filter on the state makes the API raise on the nodes it leaves out)
+        for node in list_nodes(address=self.address, detail=True, raise_on_missing_output=False):
+            if node.state != "ALIVE":
+                continue
             for name, amount in (node.resources_total or {}).items():
                 total[name] = total.get(name, 0.0) + amount
         return total
@@ -163,7 +176,7 @@ class JobRunner:
                     if info.status in (JobStatus.PENDING, JobStatus.RUNNING):
                         continue
                     del self.running[key]
-                    width = self.concurrency(specs)          # what the cluster holds now
+                    width = self.width_now(specs, width)      # what the cluster holds now
                     outcome = self.collect(attempt, info)
                     if outcome["error"] is None or attempt.number > self.retries:
                         results[key] = outcome
@@ -188,14 +201,22 @@ class JobRunner:
         runs_dir.mkdir(parents=True, exist_ok=True)
         seconds = (time.monotonic() - attempt.started if not (info.start_time and info.end_time)
                    else (info.end_time - info.start_time) / 1000)        # the job's own lifetime, ms -> s
-        try:
-            log = self.job_log(attempt.job_id, info.driver_node_id)
-        except Exception as exc:           # the driver's node is gone with its log
-            log = f"(the job's log could not be read: {type(exc).__name__}: {exc})"
-        (runs_dir / f"{attempt.spec.id}.log").write_text(log)
         from ray.job_submission import JobStatus
 
-        files = parse_results(log) if info.status == JobStatus.SUCCEEDED else None
+        succeeded = info.status == JobStatus.SUCCEEDED
+        deadline = time.monotonic() + (LOG_SETTLE_S if succeeded else 0.0)
+        while True:
+            try:
+                log = self.job_log(attempt.job_id, info.driver_node_id)
+            except Exception as exc:           # the driver's node is gone with its log
+                log = f"(the job's log could not be read: {type(exc).__name__}: {exc})"
+            files = parse_results(log) if succeeded else None
+            # a job is SUCCEEDED when its process exits; the last lines it printed (the results) may reach
+            # the log file a moment later
+            if files is not None or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        (runs_dir / f"{attempt.spec.id}.log").write_text(log)
         if files is None or "summary.json" not in files:
             why = info.message or f"status {info.status}"
             return {"path": str(runs_dir / attempt.spec.id), "seconds": seconds,
