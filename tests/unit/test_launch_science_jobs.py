@@ -14,7 +14,7 @@ from ray.job_submission import JobStatus
 
 from launch.experiments.science import jobs as jobs_mod
 from launch.experiments.science.job_entry import REPORT_FILES, parse_results, results_block
-from launch.experiments.science.jobs import JobRunner, eta_text, fits_at_once, run_needs
+from launch.experiments.science.jobs import JobRunner, eta_text, fits_at_once, fits_whole, run_needs
 from launch.run.spec import RunSpec
 
 
@@ -42,6 +42,8 @@ def test_fits_at_once_is_the_scarcest_resource_and_at_least_one():
     assert fits_at_once({"cpus": 4.0, "gpus": 2.0}, {"CPU": 64.0, "GPU": 8.0}) == 4
     assert fits_at_once({"cpus": 4.0, "gpus": 2.0}, {"CPU": 64.0}) == 1     # no GPU: one run waits for itself
     assert fits_at_once({"cpus": 3.0, "gpus": 0.0}, {"CPU": 9.0}) == 3        # exact, despite float sums
+    assert fits_whole({"cpus": 3.25, "gpus": 0.0}, {"CPU": 4.0}) and not fits_whole({"cpus": 3.25, "gpus": 1.0},
+                                                                                  {"CPU": 4.0})
 
 
 def test_results_travel_through_the_log_and_the_last_block_wins(tmp_path):

@@ -62,6 +62,11 @@ def fits_at_once(needs: dict[str, float], cluster: dict[str, float]) -> int:
     return max(1, math.floor(min(counts) + 1e-9))
 
 
+def fits_whole(needs: dict[str, float], cluster: dict[str, float]) -> bool:
+    """Whether the cluster's totals hold one run asking ``needs``."""
+    return cluster.get("CPU", 0.0) + 1e-9 >= needs["cpus"] and cluster.get("GPU", 0.0) + 1e-9 >= needs["gpus"]
+
+
 @dataclass
 class Attempt:
     spec: RunSpec
@@ -129,7 +134,12 @@ class JobRunner:
             return self.max_concurrent
         if self._needs is None:          # the runs' configs, resolved once
             self._needs = max((run_needs(spec.config(Path("unused"))) for spec in specs), key=lambda n: n["cpus"])
-        fits = fits_at_once(self._needs, self.cluster_resources())
+        cluster = self.cluster_resources()
+        fits = fits_at_once(self._needs, cluster)
+        if fits == 1 and not fits_whole(self._needs, cluster):
+            self.say(f"[science] warning: the cluster's live nodes ({cluster.get('CPU', 0):g} CPUs, "
+                     f"{cluster.get('GPU', 0):g} GPUs) do not hold one whole run ({self._needs['cpus']:g} CPUs, "
+                     f"{self._needs['gpus']:g} GPUs): its job will wait until nodes join")
         return min(fits, self.max_concurrent) if self.max_concurrent else fits
 
     def width_now(self, specs: list[RunSpec], width: int) -> int:
