@@ -82,6 +82,7 @@ class FakeJobServer:
         self.jobs: dict[str, dict] = {}
         self.stopped: list[str] = []
         self.submitted: list[str] = []
+        self.read_on_node: list[str] = []
 
     def submit_job(self, *, entrypoint, submission_id, runtime_env, entrypoint_num_cpus, metadata):
         assert "job_entry --spec" in entrypoint and entrypoint_num_cpus == jobs_mod.DRIVER_CPUS
@@ -108,7 +109,16 @@ class FakeJobServer:
         run = self.run_dir / job["key"]
         run.mkdir(parents=True, exist_ok=True)
         (run / "summary.json").write_text(json.dumps({"run": job["key"]}))
+        (run / "metrics.jsonl").write_text('{"step": 0, "entropy/mean": 0.4}\n{"step": 1, "entropy/mean": 0.3}\n')
+        (run / "evals.jsonl").write_text('{"step": 0, "eval/avg@n": 0.25}\n')
         return f"console of {job_id}\n" + (results_block(run) if job["outcome"] == "ok" else "Traceback ...")
+
+    def _do_request(self, method, endpoint):
+        """The state API's log endpoint, as a cluster's runner reads a job's log on its driver's node."""
+        assert method == "GET" and endpoint.startswith("/api/v0/logs/file?node_id=abcdef0123456789&filename=job-driver-")
+        job_id = endpoint.split("filename=job-driver-")[1].split(".log")[0]
+        self.read_on_node.append(job_id)
+        return SimpleNamespace(status_code=200, text=self.get_job_logs(job_id))
 
     def stop_job(self, job_id):
         self.stopped.append(job_id)
@@ -179,3 +189,24 @@ def test_an_error_in_the_report_stops_its_jobs(runner, monkeypatch):
         r.run_all([a, b])
     assert sorted(r.server.stopped) == sorted(r.server.submitted) and len(r.server.stopped) == 2
     assert not r.running
+
+
+def test_an_ablation_on_a_cluster_reads_each_log_on_its_driver_node(tmp_path, monkeypatch):
+    """launch.experiments.ablation --address: every preset a job; on a cluster (not the report's own head) each
+    job's log is read on its driver's node, and each run comes back as a RunResult from its files (or its
+    error). The cluster's resources cannot be read here: the runner says so and goes on at --max-concurrent."""
+    from launch.experiments import ablation
+
+    monkeypatch.setattr(jobs_mod, "POLL_S", 0.0)
+    specs = [RunSpec("onpolicy", (), "tiny", None, 2, run_id="abl-onpolicy"),
+             RunSpec("offpolicy_reuse4", (), "tiny", None, 2, run_id="abl-reuse4")]
+    server = FakeJobServer({specs[0].key: ["ok"], specs[1].key: ["fail"]}, tmp_path / "job-node")
+    monkeypatch.setattr("ray.job_submission.JobSubmissionClient", lambda address, headers=None: server)
+    monkeypatch.setattr(JobRunner, "cluster_resources", lambda self: (_ for _ in ()).throw(ConnectionError("no")))
+    (tmp_path / "out").mkdir()
+    good, bad = ablation._as_jobs(specs, tmp_path / "out", "http://127.0.0.1:1", max_concurrent=2, retries=0)
+    assert good.run_id == "abl-onpolicy" and good.run_path == tmp_path / "out" / "runs" / "abl-onpolicy"
+    assert [m["entropy/mean"] for m in good.metrics] == [0.4, 0.3] and good.evals == [{"step": 0, "eval/avg@n": 0.25}]
+    assert good.seconds == 3.0 and isinstance(bad, str) and "the node died" in bad
+    assert sorted(server.read_on_node) == sorted(server.submitted)          # each log, the failed one's too
+    assert "could not be read (ConnectionError: no); still 2 at a time" in (tmp_path / "out" / "science.log").read_text()

@@ -170,7 +170,7 @@ class JobRunner:
 
         results: dict[str, dict] = {}
         todo = [(spec, 1) for spec in specs]          # (run, its attempt number); a retry goes to the front
-        width = self.concurrency(specs)
+        width = self.width_now(specs, self.max_concurrent or 1)
         self.say(f"[science] {len(todo)} runs as Ray jobs on {self.address}, {width} at a time "
                  f"(report {self.report_id}; each run's console: {self.out}/runs/<run>.log)")
         steps_total, steps_done, t0, last_live = sum(s.steps or 0 for s in specs), 0, time.monotonic(), 0.0
