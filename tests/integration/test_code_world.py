@@ -39,6 +39,7 @@ def test_warmed_up_policy_sometimes_solves_both_kinds(code_world):
     assert m["longest_prompt_plus_answer"] + 4 <= 128                  # fits MAX_MODEL_LEN with room
 
 
+@pytest.mark.slow     # 55-100 s: out of the default run (~25 min), run with -m slow
 def test_mixed_math_code_run_through_the_reward_pool(ray_local, code_world, tmp_path):
     from buffer import connect
     from buffer.audit import audit

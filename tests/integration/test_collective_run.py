@@ -45,6 +45,7 @@ def collective_run(tmp_path_factory):
                       [*TINY_TWO_ACTORS, *COLLECTIVE, "--steps", str(STEPS)])
 
 
+@pytest.mark.slow     # 55-100 s: out of the default run (~25 min), run with -m slow
 def test_onpolicy_collective_two_actors(collective_run):
     summary, rows, log = collective_run
     assert_on_policy(rows, STEPS)
@@ -57,6 +58,7 @@ def test_onpolicy_collective_two_actors(collective_run):
 
 
 @pytest.mark.slow
+@pytest.mark.slow     # shares the 65 s collective run above: out of the default run with it
 def test_collective_mismatch_as_small_as_the_object_store(collective_run, tmp_path):
     """The same run with the object store: the collective's mismatch KL is no larger."""
     _, rows, _ = collective_run

@@ -161,6 +161,7 @@ def _run(tmp_path, run_id: str, args: list[str], checks: EngineChecks):
     return result
 
 
+@pytest.mark.slow     # 55-100 s: out of the default run (~25 min), run with -m slow
 def test_object_store_into_an_out_of_process_engine(ray_local, tmp_path, tiny_world):
     checks = EngineChecks(kill_after_last_step=True)
     _run(tmp_path, "sep-ray", ["--actors.max_restarts", "1"], checks)

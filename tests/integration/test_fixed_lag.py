@@ -89,6 +89,7 @@ def test_fixed_lag_0_is_exactly_on_policy(ray_local, tmp_path, tiny_world):
     _assert_one_lag_per_step(rows, {v: 0 for v in range(3)})
 
 
+@pytest.mark.slow     # 55-100 s: out of the default run (~25 min), run with -m slow
 def test_fixed_lag_2_exact_across_a_resume(ray_local, tmp_path, tiny_world, capfd):
     from buffer import RunBuffer
     from buffer.codec import decode_group

@@ -72,6 +72,7 @@ def test_entropy_floor_just_below_the_start_falls_back_to_on_policy(ray_local, t
         ["on_policy"] * sum(r["step"] > fallback["step"] for r in rows)          # held: hold_steps 20
 
 
+@pytest.mark.slow     # 55-100 s: out of the default run (~25 min), run with -m slow
 def test_clip_rule_falls_back_to_on_policy_and_returns(ray_local, tmp_path, tiny_world):
     from buffer.audit import audit
     from buffer.connection import connect

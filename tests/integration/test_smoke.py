@@ -41,6 +41,7 @@ def passed_lines(proc) -> list[str]:
     return [ln for ln in proc.stdout.splitlines() if ln.startswith("[smoke] ")]
 
 
+@pytest.mark.slow     # 55-100 s: out of the default run (~25 min), run with -m slow
 def test_stages_1_to_4_pass(smoke):
     proc, summary = smoke
     console = proc.stdout + proc.stderr
@@ -51,6 +52,7 @@ def test_stages_1_to_4_pass(smoke):
     assert set(summary["stages"]) == {"1_versions", "2_engine", "3_weights", "4_learner"}
 
 
+@pytest.mark.slow     # 55-100 s: out of the default run (~25 min), run with -m slow
 def test_stages_report_what_they_checked(smoke):
     _, summary = smoke
     s = summary["stages"]

@@ -84,8 +84,11 @@ class LocalHead:
         # short: Ray's socket paths must stay under ~107 characters
         temp_dir = Path(tempfile.mkdtemp(prefix="lagrl-report-ray-", dir="/tmp"))
         # every port a free one, none of Ray's fixed defaults (see free_ports)
-        gcs, dashboard, client_server, *agents = free_ports(3 + len(AGENT_PORTS))
-        workers = free_ports(WORKER_PORTS)
+        # one block for all of them: two blocks found one after the other could overlap (each is free only
+        # while it is being checked)
+        block = free_ports(3 + len(AGENT_PORTS) + WORKER_PORTS)
+        gcs, dashboard, client_server = block[:3]
+        agents, workers = block[3:3 + len(AGENT_PORTS)], block[3 + len(AGENT_PORTS):]
         # the jobs' `python` is this interpreter (its virtualenv first on PATH), as `ray start` from an activated
         # virtualenv gives on a cluster
         env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), **START_ENV,
