@@ -91,8 +91,7 @@ def evaluation_row(evaluator: Evaluator, buffer, learner, max_tokens: int, share
     def measure() -> dict:
         row = evaluator.evaluate(learner.version, step, max_tokens)
         if evaluator.probe_problems:
-            row |= measure_probe(evaluator, learner, evaluator.probe_problems, n=evaluator.probe_n,
-                                 sampling_temperature=evaluator.temperature, step=step, max_tokens=max_tokens)
+            row |= measure_probe(evaluator, learner, step=step, max_tokens=max_tokens)
         return row
 
     measured = measure() if shared_key is None else first_evaluation(measure, shared_key)

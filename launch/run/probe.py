@@ -2,8 +2,8 @@
 
 At every evaluation point the version being evaluated samples ``data.probe_n`` responses at temperature 1
 for the first ``data.probe_problems`` held-out problems (the same prompts in every arm and seed of a
-world, each with a sampling seed of its own: equal weights give equal responses), and the learner computes at every token of those responses the entropy of the full next-token
-distribution:
+world, each with a sampling seed of its own: equal weights give equal responses), and the learner computes
+at every token of those responses the entropy of the full next-token distribution:
 
     probe/entropy               H(softmax(logits)), temperature 1: the mean over all the responses' tokens
     probe/entropy_sampling_tau  H(softmax(logits / tau)) at the run's sampling temperature, the same tokens
@@ -23,7 +23,6 @@ import time
 import numpy as np
 
 from learner.batching import Row
-from rewards.problems import Problem
 
 PROBE_TEMPERATURE = 1.0
 PROBE_SEED = 1_000_003      # problem i is sampled with seed PROBE_SEED + i in every run: equal weights, equal responses
@@ -42,15 +41,16 @@ def token_mean(per_row: list[np.ndarray]) -> float:
     return float(np.concatenate(per_row).mean()) if per_row else float("nan")
 
 
-def measure_probe(evaluator, learner, problems: list[Problem], *, n: int, sampling_temperature: float,
-                  step: int, max_tokens: int) -> dict:
-    """The probe row of the learner's current version (the module docstring)."""
+def measure_probe(evaluator, learner, *, step: int, max_tokens: int) -> dict:
+    """The probe row of the learner's current version (the module docstring), on ``evaluator``'s probe
+    problems, ``probe_n`` responses each, with the run's sampling temperature its ``temperature``."""
     start = time.monotonic()
-    groups = evaluator.sample(problems, n=n, temperature=PROBE_TEMPERATURE, version=learner.version, step=step,
-                              max_tokens=max_tokens, kind="probe", seed=PROBE_SEED)
+    problems, tau = evaluator.probe_problems, evaluator.temperature
+    groups = evaluator.sample(problems, n=evaluator.probe_n, temperature=PROBE_TEMPERATURE, version=learner.version,
+                              step=step, max_tokens=max_tokens, kind="probe", seed=PROBE_SEED)
     rows = probe_rows(groups)
     at_one = learner.token_entropies(rows, PROBE_TEMPERATURE)
-    at_tau = at_one if sampling_temperature == PROBE_TEMPERATURE else learner.token_entropies(rows, sampling_temperature)
+    at_tau = at_one if tau == PROBE_TEMPERATURE else learner.token_entropies(rows, tau)
     return {"probe/entropy": token_mean(at_one), "probe/entropy_sampling_tau": token_mean(at_tau),
             "probe/tokens": float(sum(len(e) for e in at_one)), "probe/responses": float(len(rows)),
             "probe/problems": float(len(problems)), "probe/seconds": time.monotonic() - start}

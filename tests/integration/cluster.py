@@ -37,38 +37,11 @@ from pathlib import Path
 import psutil
 
 from actors.cluster.priority import START_ENV
-from tests.conftest import find_free_port
+from launch.experiments.science.local_head import AGENT_PORTS, free_ports   # a node's ports, as the report's head
 
 VENV_BIN = Path(sys.executable).parent
-AGENT_PORTS = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
-               "metrics-export-port", "node-manager-port", "object-manager-port")
 WORKER_PORTS = 40          # a private range per node: two raylets on one IP must not hand out the same port
 OBJECT_STORE_BYTES = 256 << 20
-
-
-def reserve_ports(n: int, taken: set[int]) -> list[int]:
-    """``n`` consecutive ports, all free now (each bound once to check) and none of ``taken`` (the
-    ports handed to the cluster's other nodes, which Ray may not have bound yet)."""
-    import socket
-
-    for _ in range(200):
-        start = find_free_port()
-        ports = list(range(start, start + n))
-        if ports[-1] >= 65000 or taken.intersection(ports):
-            continue
-        socks = []
-        try:
-            for port in ports:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return ports
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 @dataclass(frozen=True)
@@ -84,7 +57,7 @@ class NodePorts:
 
     @classmethod
     def reserve(cls, taken: set[int], head: bool) -> NodePorts:
-        ports = reserve_ports(len(AGENT_PORTS) + (3 if head else 0) + WORKER_PORTS, taken)
+        ports = free_ports(len(AGENT_PORTS) + (3 if head else 0) + WORKER_PORTS, taken)
         taken.update(ports)
         agents, rest = dict(zip(AGENT_PORTS, ports)), ports[len(AGENT_PORTS):]
         gcs, client, dashboard = (rest[0], rest[1], rest[2]) if head else (None, None, None)

@@ -34,8 +34,9 @@ def test_the_mean_is_over_tokens():
 
 
 class _Evaluator:
-    def __init__(self):
+    def __init__(self, temperature: float):
         self.calls = []
+        self.probe_problems, self.probe_n, self.temperature = ["p"], 2, temperature
 
     def sample(self, problems, **kwargs):
         self.calls.append(kwargs)
@@ -55,8 +56,8 @@ class _Learner:
 
 @pytest.mark.parametrize("tau", [1.0, 0.6])
 def test_sampled_at_temperature_one_with_its_seeds_and_measured_at_both(tau):
-    evaluator, learner = _Evaluator(), _Learner()
-    row = measure_probe(evaluator, learner, ["p"], n=2, sampling_temperature=tau, step=4, max_tokens=16)
+    evaluator, learner = _Evaluator(tau), _Learner()
+    row = measure_probe(evaluator, learner, step=4, max_tokens=16)
     (call,) = evaluator.calls
     assert call == {"n": 2, "temperature": PROBE_TEMPERATURE, "version": 7, "step": 4, "max_tokens": 16,
                     "kind": "probe", "seed": PROBE_SEED}

@@ -99,7 +99,7 @@ def parser() -> argparse.ArgumentParser:
 @contextmanager
 def job_runner(args, specs: list):
     """The runs' Ray: the cluster at ``--address``, or a local head started for this report and stopped after it."""
-    from launch.experiments.science.jobs import JobRunner, run_needs
+    from launch.experiments.science.jobs import JobRunner, largest_needs
     from launch.experiments.science.local_head import LocalHead
 
     if args.address:
@@ -107,7 +107,7 @@ def job_runner(args, specs: list):
                         cache_dir=args.cache or "/tmp/lagrl-cache")
         return
     width = args.max_concurrent or (1 if args.full else 2)
-    needs = max((run_needs(config_of(spec)) for spec in specs), key=lambda n: n["cpus"])["cpus"]
+    needs = largest_needs(specs)["cpus"]
     head = LocalHead.start(cpus=max(os.cpu_count() or 1, math.ceil(width * needs)), log_dir=args.out)
     try:
         yield JobRunner(head.address, args.out, max_concurrent=width, retries=args.retries, headers=head.headers,

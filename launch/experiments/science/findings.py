@@ -160,7 +160,8 @@ FINDINGS: tuple[Finding, ...] = (
         "DAPO §3.1; Skywork-OR1 §4 (clip-higher ablation)", "slips",
         (Arm("eps_high 0.2", "cliphigh_0.2"), Arm("eps_high 0.28", "cliphigh_0.28"),
          Arm("eps_high 0.5", "cliphigh_0.28", ("--learner.loss.eps_high", "0.5"))),
-        (Check("eps_high 0.28 keeps more entropy than 0.2", "probe_entropy_ratio", "eps_high 0.2", "eps_high 0.28", "higher",
+        (Check("eps_high 0.28 keeps more entropy than 0.2", "probe_entropy_ratio", "eps_high 0.2", "eps_high 0.28",
+               "higher",
                "higher: with eps_high 0.2 entropy falls fast; 0.28 keeps it up (DAPO Figure 2); in DAPO's "
                "ablation table clip-higher adds 2 points of AIME 2024 avg@32 (36 -> 38)"),
          Check("eps_high 0.5 raises entropy above 0.28's", "probe_entropy_ratio", "eps_high 0.28", "eps_high 0.5",

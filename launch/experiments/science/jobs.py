@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 import uuid
-from urllib.parse import urlencode
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlencode
 
 from launch.experiments.science.job_entry import parse_results
 from launch.run.spec import RunSpec
@@ -52,6 +53,11 @@ def run_needs(cfg) -> dict[str, float]:
                                                                    if lr.device == "cuda" else 0.0)
     return {"cpus": DRIVER_CPUS + a.num_actors * a.num_cpus + lr.num_ranks * lr.cpus_per_rank
             + workers * rw.worker_num_cpus, "gpus": gpus}
+
+
+def largest_needs(specs: list[RunSpec]) -> dict[str, float]:
+    """What the largest of ``specs`` asks (:func:`run_needs` of its resolved config)."""
+    return max((run_needs(spec.config(Path("unused"))) for spec in specs), key=lambda n: n["cpus"])
 
 
 def fits_at_once(needs: dict[str, float], cluster: dict[str, float]) -> int:
@@ -109,14 +115,13 @@ class JobRunner:
         return {"working_dir": str(CHECKOUT), "excludes": UPLOAD_EXCLUDES, "env_vars": env}
 
     def submit(self, spec: RunSpec, number: int) -> Attempt:
-        fields = {"preset": spec.preset, "overrides": list(spec.overrides), "world": spec.world, "seed": spec.seed,
-                  "steps": spec.steps, "run_id": spec.run_id}
+        spec_json = shlex.quote(json.dumps(asdict(spec)))     # job_entry builds the same RunSpec from it
         job_id = f"{self.report_id}-{spec.key}-a{number}"
         deadline = time.monotonic() + SUBMIT_WAIT_S
         while True:
             try:
                 self.client.submit_job(
-                    entrypoint=f"python -m launch.experiments.science.job_entry --spec '{json.dumps(fields)}'",
+                    entrypoint=f"python -m launch.experiments.science.job_entry --spec {spec_json}",
                     submission_id=job_id, runtime_env=self.runtime_env(), entrypoint_num_cpus=DRIVER_CPUS,
                     metadata={"lagrl_run": spec.key})
                 return Attempt(spec, job_id, number)
@@ -127,13 +132,14 @@ class JobRunner:
                 time.sleep(POLL_S)
 
     def concurrency(self, specs: list[RunSpec]) -> int:
-        """How many runs go at once, each asking what the largest of ``specs`` asks: on a cluster as many as its live nodes hold now (a node
-        that died takes its share with it: two runs half-placed on what is left would wait for each other
-        for ever), at most ``max_concurrent``; on the report's own head ``max_concurrent``."""
+        """How many runs go at once, each asking what the largest of ``specs`` asks: on a cluster as many as
+        its live nodes hold now (a node that died takes its share with it: two runs half-placed on what is
+        left would wait for each other for ever), at most ``max_concurrent``; on the report's own head
+        ``max_concurrent``."""
         if self.local and self.max_concurrent:
             return self.max_concurrent
         if self._needs is None:          # the runs' configs, resolved once
-            self._needs = max((run_needs(spec.config(Path("unused"))) for spec in specs), key=lambda n: n["cpus"])
+            self._needs = largest_needs(specs)
         cluster = self.cluster_resources()
         fits = fits_at_once(self._needs, cluster)
         if fits == 1 and not fits_whole(self._needs, cluster):
@@ -194,7 +200,8 @@ class JobRunner:
                         self.say(self.finished_line(len(results), len(specs), attempt, outcome, t0, steps_done,
                                                     steps_total))
                     else:
-                        self.say(f"[science] {key}: attempt {attempt.number} failed ({outcome['error'].splitlines()[0]}); "
+                        first_line = outcome["error"].splitlines()[0]
+                        self.say(f"[science] {key}: attempt {attempt.number} failed ({first_line}); "
                                  f"attempt {attempt.number + 1} of {self.retries + 1} next, {width} at a time")
                         todo.insert(0, (attempt.spec, attempt.number + 1))
                 if time.monotonic() - last_live >= self.live_every_s:

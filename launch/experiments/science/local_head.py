@@ -47,13 +47,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` consecutive ports, each free now: a second Ray on this host (a test's, another report's) keeps
-    Ray's fixed defaults; sharing one of them, this head's job server would talk to the other's agent."""
-    for _ in range(100):
+def free_ports(n: int, taken: set[int] = frozenset()) -> list[int]:
+    """``n`` consecutive ports, each free now (bound once to check) and none of ``taken`` (ports handed out
+    already, which their owner may not have bound yet): a second Ray on this host (a test's, another
+    report's) keeps Ray's fixed defaults; sharing one of them, this head's job server would talk to the
+    other's agent."""
+    for _ in range(200):
         start = free_port()
         ports = list(range(start, start + n))
-        if ports[-1] >= 65000:
+        if ports[-1] >= 65000 or taken.intersection(ports):
             continue
         socks = []
         try:
@@ -66,7 +68,7 @@ def free_ports(n: int) -> list[int]:
         finally:
             for sock in socks:
                 sock.close()
-    raise RuntimeError(f"no {n} consecutive free ports for the report's Ray head")
+    raise RuntimeError(f"no {n} consecutive free ports for a Ray node")
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Each run is a Ray job (``launch.experiments.science.jobs``: on a cluster, or on the one local Ray a report
 starts for itself), its files written to ``<out>/runs/<run key>`` and its console to
 ``<out>/runs/<run key>.log``; several at a time. On 2 cores two runs side by side take little longer than
-one: a strict on-policy step alternates generation and training, so one run keeps about one core busy. Arms whose resolved configs are identical (the baseline under the names
+one: a strict on-policy step alternates generation and training, so one run keeps about one core busy.
+Arms whose resolved configs are identical (the baseline under the names
 ``reuse1_dr64_dt64``, ``temp_1``, ``entropy_adaptive``) run once per seed and serve every finding
 that names them. A run whose ``summary.json`` exists is done and is not run again, so an
 interrupted report continues where it stopped; a run that fails is recorded with its error and
