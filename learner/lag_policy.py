@@ -7,6 +7,13 @@
                 is at most N >= 1; admission drops, counts and dead-letters staler responses. N_reuse >= 1,
                 D_T <= D_R, clip-higher allowed. N does not bound the update lag (``lag/*``, the lag at
                 each optimizer update), which reaches N + N_SGD - 1 (reuse-4, D_R/D_T 4, bounded:16: 31).
+    sync        synchronous rollouts with any number of updates per step: the batch of step s is sampled
+                by the version the step starts at (generation lag 0 at the step's start, the feeder issues
+                it only once that version is published; an earlier step's late surplus is dropped and
+                counted, as bounded:N's stale data), then trained by N_SGD = N_reuse * D_R / D_T updates,
+                whose update lags are 0 .. N_SGD - 1: the only off-policyness is the one the step's own
+                updates create. Clip-higher allowed. The updates-per-batch comparisons run in it, so
+                reuse and mini-batches are not confounded with asynchrony (asynchrony is fixed:k's dose).
     fixed:k     lag as a controlled dose: every trained token at update lag exactly k. Actors generate
                 step s with version s - k (the weight transport keeps the last k + 1 versions; only the
                 Ray object store can), one update per step, weights published once per step, no guard.
@@ -14,7 +21,7 @@
                 is checked at every update); it differs from ``on_policy`` only in naming the dose, so
                 a sweep over k reads its zero arm like the others (``fixed_lag`` 0, not None).
 
-On input a policy is a string (``--learner.lag fixed:4``; ``"bounded:16"`` in JSON) or the member itself
+On input a policy is a string (``--learner.lag fixed:4``, ``--learner.lag sync``; ``"bounded:16"`` in JSON) or the member itself
 (``{"kind": "fixed", "k": 4}``), which is how config.json saves it. What each kind asks of the rest of
 the learner config is :func:`lag_problems`, the one check; LearnerConfig raises every problem at once
 (:func:`lag_error`).
@@ -35,7 +42,7 @@ from learner.config import BatchConfig, GuardConfig, PolicyLossConfig
 
 ModeName = Literal["on_policy", "off_policy"]
 LEGACY_KEYS = ("mode", "max_lag", "fixed_lag")
-FORMS = "on_policy, bounded:N (N >= 1) or fixed:k (k >= 0)"
+FORMS = "on_policy, sync, bounded:N (N >= 1) or fixed:k (k >= 0)"
 
 
 class _Lag(BaseModel):
@@ -83,6 +90,23 @@ class Bounded(_Lag):
         return f"bounded:{self.max_lag}"
 
 
+class Sync(_Lag):
+    """Synchronous rollouts, any number of updates per step (module docstring)."""
+
+    kind: Literal["sync"] = "sync"
+
+    @property
+    def max_lag(self) -> int:
+        return 0
+
+    @property
+    def strict(self) -> bool:
+        return False             # generation lag 0, but the step's own updates train at lags 0 .. N_SGD - 1
+
+    def __str__(self) -> str:
+        return "sync"
+
+
 class Fixed(_Lag):
     """Every trained token at update lag exactly k; k = 0 is strict on-policy (module docstring)."""
 
@@ -107,8 +131,8 @@ def parse_lag(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     kind, colon, arg = value.strip().partition(":")
-    if kind == "on_policy" and not colon:
-        return {"kind": "on_policy"}
+    if kind in ("on_policy", "sync") and not colon:
+        return {"kind": kind}
     if kind in ("bounded", "fixed") and colon:
         try:
             n = int(arg)
@@ -121,27 +145,28 @@ def parse_lag(value: Any) -> Any:
     raise ValueError(f"lag {value!r}: write {FORMS}")
 
 
-LagPolicy = Annotated[Union[OnPolicy, Bounded, Fixed], Field(discriminator="kind"), BeforeValidator(parse_lag)]
+LagPolicy = Annotated[Union[OnPolicy, Sync, Bounded, Fixed], Field(discriminator="kind"), BeforeValidator(parse_lag)]
 _ADAPTER: TypeAdapter = TypeAdapter(LagPolicy)
 
 
-def lag_from(value: Any) -> OnPolicy | Bounded | Fixed:
+def lag_from(value: Any) -> OnPolicy | Sync | Bounded | Fixed:
     """A lag policy from any of its input forms (string, dict, member)."""
     return _ADAPTER.validate_python(value)
 
 
 # --- the one check -----------------------------------------------------------------------------------
-def lag_problems(lag: OnPolicy | Bounded | Fixed, batch: BatchConfig, loss: PolicyLossConfig,
+def lag_problems(lag: OnPolicy | Sync | Bounded | Fixed, batch: BatchConfig, loss: PolicyLossConfig,
                  sync_interval: int | None, guard: GuardConfig) -> list[str]:
     """Why a learner config with these fields cannot train with ``lag``, or [] (each item names its fix).
 
     on_policy and fixed:0 (strict): N_reuse 1, D_T = D_R, a symmetric clip (the value is the loss's
     choice, the symmetry the mode's), weights published once per step, no guard. fixed:k >= 1: one
     update per step (so the step's data is not reused at k + 1, k + 2, ...), weights published once per
-    step, no guard (it would switch the lag). bounded:N: nothing more (N >= 1 by its type).
+    step, no guard (it would switch the lag). bounded:N and sync: nothing more (N >= 1 by its type; sync
+    takes any batch, and its guard falls back to strict on-policy as bounded:N's does).
     """
     b, problems = batch, []
-    if isinstance(lag, Bounded):
+    if isinstance(lag, (Bounded, Sync)):
         return problems
     if lag.strict:
         if b.n_reuse != 1:
@@ -164,7 +189,7 @@ def lag_problems(lag: OnPolicy | Bounded | Fixed, batch: BatchConfig, loss: Poli
     return problems
 
 
-def lag_error(lag: OnPolicy | Bounded | Fixed, *config) -> str | None:
+def lag_error(lag: OnPolicy | Sync | Bounded | Fixed, *config) -> str | None:
     """The one error listing every :func:`lag_problems` (same arguments), or None when there are none."""
     problems = lag_problems(lag, *config)
     if not problems:

@@ -1,7 +1,8 @@
 """What one learner step trains with: the configured mode, or the lag guard's strict on-policy fallback.
 
 The configured mode is the run's lag policy (``LearnerConfig.lag``, ``learner.lag_policy``): on_policy and
-fixed:0 are strict on-policy, bounded:N and fixed:k >= 1 off-policy. When the lag guard (``learner.guard``)
+fixed:0 are strict on-policy, sync, bounded:N and fixed:k >= 1 off-policy (sync: max_lag 0, so the feeder
+issues a step's prompts for the version the step starts at and admission drops an earlier step's surplus). When the lag guard (``learner.guard``)
 falls back, the steps of the hold run strict on-policy (DESIGN.md §3) with the run's rollout
 batch: N_reuse 1, D_T = D_R (one update per step), max_lag 0, a symmetric clip at the run's
 eps_low. Groups sampled beyond the new lag bound are dropped and counted at admission, not

@@ -49,7 +49,8 @@ class LearnerConfig(BaseModel):
     lag: LagPolicy = Field(
         default_factory=OnPolicy, description="The lag policy (learner.lag_policy; DESIGN.md §3): 'on_policy' "
         "(strict: every token at lag 0, N_reuse 1, D_T = D_R, eps_low = eps_high; violations raise PolicyLagError), "
-        "'bounded:N' (off-policy: generation lag at a step's start <= N, staler responses dropped; the update lag "
+        "'sync' (synchronous rollouts: each step's batch sampled by the version the step starts at, then any "
+        "N_SGD updates, at update lags 0 .. N_SGD - 1), 'bounded:N' (off-policy: generation lag at a step's start <= N, staler responses dropped; the update lag "
         "lag/* reaches N + N_SGD - 1; clip-higher allowed) or 'fixed:k' (every token at update lag exactly k, one "
         "update per step; fixed:0 is strict on-policy). Saved as {\"kind\": ...}.")
     batch: BatchConfig = Field(default_factory=BatchConfig,
@@ -181,12 +182,12 @@ class LearnerConfig(BaseModel):
 
     @property
     def mode(self) -> ModeName:
-        """'on_policy' (on_policy, fixed:0: every token at lag 0) or 'off_policy' (bounded:N, fixed:k >= 1)."""
+        """'on_policy' (on_policy, fixed:0: every token at lag 0) or 'off_policy' (sync, bounded:N, fixed:k >= 1)."""
         return self.lag.mode
 
     @property
     def max_lag(self) -> int:
-        """Bound on the generation lag at a step's start: N of bounded:N, k of fixed:k, 0 on-policy."""
+        """Bound on the generation lag at a step's start: N of bounded:N, k of fixed:k, 0 on-policy and sync."""
         return self.lag.max_lag
 
     @property

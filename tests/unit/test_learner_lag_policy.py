@@ -8,12 +8,13 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from learner.lag_policy import Bounded, Fixed, OnPolicy, lag_fields, lag_from
+from learner.lag_policy import Bounded, Fixed, OnPolicy, Sync, lag_fields, lag_from
 from learner.trainer_config import LearnerConfig
 
 
 @pytest.mark.parametrize("text, member, view", [
     ("on_policy", OnPolicy(), ("on_policy", 0, None, 1)),
+    ("sync", Sync(), ("off_policy", 0, None, 1)),              # generation lag 0, any updates per step
     ("bounded:16", Bounded(max_lag=16), ("off_policy", 16, None, 1)),
     ("fixed:4", Fixed(k=4), ("off_policy", 4, 4, 5)),
     ("fixed:0", Fixed(k=0), ("on_policy", 0, 0, 1)),          # fixed:0 is strict on-policy, named as a dose
@@ -30,7 +31,8 @@ def test_string_forms_members_and_the_old_views(text, member, view):
 
 @pytest.mark.parametrize("text, message", [
     ("bounded:0", "bounded needs N >= 1 (lag 0 is --learner.lag on_policy)"),
-    ("bounded", "write on_policy, bounded:N (N >= 1) or fixed:k (k >= 0)"),
+    ("bounded", "write on_policy, sync, bounded:N (N >= 1) or fixed:k (k >= 0)"),
+    ("sync:1", "write on_policy"),
     ("fixed:two", "write on_policy"),
     ("on_policy:1", "write on_policy"),
     ("off_policy", "write on_policy"),
@@ -87,7 +89,7 @@ def test_contradicting_old_keys_are_refused_naming_the_new_setting(given, messag
     with pytest.raises(ValidationError) as exc:
         LearnerConfig(**given)
     text = str(exc.value)
-    assert message in text and "The lag is one setting now: --learner.lag on_policy, bounded:N" in text, text
+    assert message in text and "The lag is one setting now: --learner.lag on_policy, sync, bounded:N" in text, text
 
 
 def test_the_old_names_are_read_only_views():

@@ -52,3 +52,15 @@ def test_fixed_lag_mode_requires_exactly_k_after_the_ramp_in():
     strict = configured_mode(LearnerConfig(lag="fixed:0"))          # lag 0 is strict on-policy: not pinned
     assert strict.strict and not strict.pinned and strict.required_lag(7) == 0 and strict.clock(0, 0).fixed_lag is None
     assert configured_mode(_off_policy()).required_lag(9) is None
+
+
+def test_sync_mode_trains_many_updates_on_a_batch_sampled_at_the_steps_start_version():
+    # (4, 64, 16): 16 updates a step; prompts of step s wait for exactly the version step s starts at
+    cfg = LearnerConfig(lag="sync", batch=BatchConfig(rollout_batch=64, mini_batch=16, n_reuse=4),
+                        loss=PolicyLossConfig(eps_low=0.2, eps_high=0.28))
+    mode = configured_mode(cfg)
+    assert (mode.name, mode.max_lag, mode.strict, mode.pinned, mode.required_lag(5)) == ("off_policy", 0, False, False, None)
+    clock = mode.clock(7, 112)
+    assert (clock.updates_per_step, clock.min_version(7), clock.min_version(8)) == (16, 112, 128)
+    assert clock.newest_admissible_step(127) == 7 and clock.newest_admissible_step(128) == 8
+    assert mode_for(cfg, "on_policy") == fallback_mode(cfg)      # its guard falls back like bounded:N's
