@@ -14,23 +14,30 @@ from buffer.messages import Group
 
 
 def rollout_stats(groups: Sequence[Group], present: Sequence[np.ndarray]) -> dict[str, float]:
-    """Reward, accuracy, length and truncation over the responses read this step (not stale).
+    """Reward, accuracy, length, truncation and generated tokens over the responses read this step (not stale).
 
     Computed over every non-stale group read (trained and zero-advantage ones alike), so
     dynamic sampling does not bias the reward curve. Accuracy = fraction with reward >= 1
-    (correct under both 0/1 and ±1 reward scales).
+    (correct under both 0/1 and ±1 reward scales). ``length/uncut_mean`` leaves out the responses the
+    budget cut (NaN when it cut them all): a raised budget lengthens cut responses by itself, so only
+    the uncut ones show whether the policy learned to write longer. ``tokens/generated``: their lengths
+    summed, what generating them cost.
     """
     resp = [r for g, keep in zip(groups, present) for r, k in zip(g.responses, keep) if k]
     stage = {"stage": float(max((g.stage for g in groups), default=0))}   # multi-stage context schedule
     if not resp:
         return {"reward/mean": float("nan"), "reward/accuracy": float("nan"), "length/mean": float("nan"),
-                "length/max": 0.0, "truncation/rate": float("nan"), **stage}
+                "length/max": 0.0, "length/uncut_mean": float("nan"), "truncation/rate": float("nan"),
+                "tokens/generated": 0.0, **stage}
     rewards = np.array([r.reward for r in resp], dtype=np.float64)
     lengths = np.array([r.length for r in resp], dtype=np.float64)
+    uncut = lengths[[not r.truncated for r in resp]]
     return {
         "reward/mean": float(rewards.mean()), "reward/accuracy": float((rewards >= 1.0 - 1e-9).mean()),
         "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
-        "truncation/rate": float(np.mean([r.truncated for r in resp])), **stage,
+        "length/uncut_mean": float(uncut.mean()) if len(uncut) else float("nan"),
+        "truncation/rate": float(np.mean([r.truncated for r in resp])), "tokens/generated": float(lengths.sum()),
+        **stage,
     }
 
 

@@ -72,6 +72,8 @@ class DataConfig(BaseModel):
     online_filter: bool = Field(True, description="At each stage start, drop prompts whose accuracy reached 1 in the previous stage.")
     eval_every: int = Field(0, ge=0, description="Learner steps between avg@n evaluations (0 = only before and after).")
     eval_n: int = Field(4, ge=1, description="Samples per held-out problem for avg@n (AIME: 32).")
+    final_eval_n: int = Field(0, ge=0, description="Samples per held-out problem at the run's final evaluation, "
+                              "so pass@k up to k = final_eval_n there (e.g. 16); 0 = eval_n.")
     eval_max_problems: int = Field(256, ge=1, description="Cap on held-out problems per evaluation.")
     probe_problems: int = Field(32, ge=0, description="The entropy probe at every evaluation (launch.run.probe): "
                                 "the policy's own entropy (temperature 1) on responses it samples at temperature 1 "
@@ -97,6 +99,11 @@ class DataConfig(BaseModel):
         (the one the next step trains in), so held-out problems get the budget training has reached,
         not the first stage's."""
         return self.stage_at(steps_done)[1]
+
+    @property
+    def final_eval_samples(self) -> int:
+        """Samples per held-out problem at the run's final evaluation: ``final_eval_n``, or ``eval_n`` when 0."""
+        return self.final_eval_n or self.eval_n
 
     @property
     def max_response_tokens(self) -> int:

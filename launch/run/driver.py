@@ -217,11 +217,14 @@ class _Run:
         print(self.clock.line(), flush=True)
         self.result.startup = self.clock.phases
 
-    def _evaluate(self) -> None:
+    def _evaluate(self, n: int | None = None) -> None:
+        """The current version evaluated with ``n`` samples per problem (None: ``data.eval_n``); only an
+        evaluation at eval_n may share the report's step-0 row (its key pins eval_n)."""
         if servable(self.learner, self.buffer):
+            n = n or self.cfg.data.eval_n
             budget = self.cfg.data.eval_max_tokens(self.learner.steps_done)
-            key = self._shared_key(budget) if self.learner.version == 0 else None
-            self.result.evals.append(evaluation_row(self.evaluator, self.buffer, self.learner, budget, key))
+            key = self._shared_key(budget) if self.learner.version == 0 and n == self.cfg.data.eval_n else None
+            self.result.evals.append(evaluation_row(self.evaluator, self.buffer, self.learner, budget, key, n))
             append_jsonl(self.result.evals[-1], self.run_path / "evals.jsonl")   # the whole run's, across resumes
             self.trackers.log_eval(self.result.evals[-1])
 
@@ -277,14 +280,18 @@ class _Run:
             on_step(learner, self.actors, metrics)
         if "guard/event" in metrics:
             print(metrics["guard/event"]["message"], flush=True)
-        if self.evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0:
+        # the last step's evaluation is the run's final one (last_evaluation), at data.final_eval_n
+        if (self.evaluator and cfg.data.eval_every and learner.steps_done % cfg.data.eval_every == 0
+                and learner.steps_done < cfg.steps):
             self._evaluate()
 
     def last_evaluation(self) -> None:
-        """The final weights evaluated, unless the last step's evaluation already was."""
-        evals = self.result.evals
-        if self.evaluator and (not evals or evals[-1]["step"] != self.learner.steps_done):
-            self._evaluate()
+        """The final weights evaluated with ``data.final_eval_samples`` per problem, unless they already were
+        (a run stopped early can end just after an evaluation at eval_n: it is evaluated again, and that
+        step's last row is the one read back, ``launch.run.summary.read_evals``)."""
+        evals, n = self.result.evals, self.cfg.data.final_eval_samples
+        if self.evaluator and not (evals and evals[-1]["step"] == self.learner.steps_done and evals[-1]["eval/n"] == n):
+            self._evaluate(n)
 
     # -- shutdown and summary ------------------------------------------------------------------------
     def shut_down(self) -> None:

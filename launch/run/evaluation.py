@@ -5,6 +5,8 @@ actors serve them first and write their groups there, so the learner never sees 
 Each prompt carries `min_version` = the version being evaluated, so the numbers belong to a
 known policy version. The row carries the pass@k curve as ``eval/pass@{k}`` for k = 1, 2, 4, ...,
 n (``rewards.evaluate.curve_ks``); ``launch.experiments.analysis.compare`` plots one curve per evaluated checkpoint.
+Every evaluation samples ``data.eval_n`` per problem but the run's final one, which samples
+``data.final_eval_n`` (e.g. 16, for pass@16 at the end of a run; 0 = eval_n).
 """
 
 from __future__ import annotations
@@ -57,17 +59,19 @@ class Evaluator:
             groups.update((g.group_id, g) for _, g in got if g.group_id.startswith(tag + "-"))
         return [groups[p.prompt_id] for p in prompts]
 
-    def evaluate(self, version: int, step: int, max_tokens: int) -> dict:
+    def evaluate(self, version: int, step: int, max_tokens: int, n: int | None = None) -> dict:
         """Sample n responses per held-out problem with weights >= `version` and the response budget
-        of the current stage; avg@n and pass@k for k = 1, 2, 4, ..., n."""
+        of the current stage; avg@n and pass@k for k = 1, 2, 4, ..., n. ``n``: the evaluator's own when None
+        (the run's final evaluation passes ``data.final_eval_samples``)."""
         start = time.monotonic()
-        ordered = self.sample(self.problems, n=self.n, temperature=self.temperature, version=version, step=step,
+        n = self.n if n is None else n
+        ordered = self.sample(self.problems, n=n, temperature=self.temperature, version=version, step=step,
                               max_tokens=max_tokens)
         correct = [[r.reward_info.get("reason") == "correct" for r in g.responses] for g in ordered]
-        report = summarize(correct, [g.data_source for g in ordered], ks=curve_ks(self.n))
+        report = summarize(correct, [g.data_source for g in ordered], ks=curve_ks(n))
         versions = [r.version_start for g in ordered for r in g.responses]
         return {"eval/avg@n": report.avg_at_n, **{f"eval/pass@{k}": v for k, v in report.pass_at_k.items()},
-                "eval/n": self.n, "eval/problems": len(ordered), "eval/version_min": min(versions),
+                "eval/n": n, "eval/problems": len(ordered), "eval/version_min": min(versions),
                 "eval/seconds": time.monotonic() - start,
                 **{f"eval/{src}/avg@n": r.avg_at_n for src, r in report.by_source.items()}}
 
@@ -83,13 +87,15 @@ def servable(learner, buffer) -> bool:
     return learner.version >= published
 
 
-def evaluation_row(evaluator: Evaluator, buffer, learner, max_tokens: int, shared_key: str | None = None) -> dict:
+def evaluation_row(evaluator: Evaluator, buffer, learner, max_tokens: int, shared_key: str | None = None,
+                   n: int | None = None) -> dict:
     """The learner's current version evaluated: the row (into the metrics stream) and its console line.
-    ``shared_key``: a step-0 evaluation its report may already hold (``launch.run.shared_eval``)."""
+    ``shared_key``: a step-0 evaluation its report may already hold (``launch.run.shared_eval``); ``n``:
+    samples per problem, the evaluator's own when None."""
     step = learner.steps_done
 
     def measure() -> dict:
-        row = evaluator.evaluate(learner.version, step, max_tokens)
+        row = evaluator.evaluate(learner.version, step, max_tokens, n)
         if evaluator.probe_problems:
             row |= measure_probe(evaluator, learner, step=step, max_tokens=max_tokens)
         return row
