@@ -1,7 +1,7 @@
 """Named presets: the paper's settings (DESIGN.md §5) as plain Python objects.
 
 Every preset is the baseline with a few fields changed, so a diff between two presets is the
-ablation; each states its lag once (``learner.lag``: on_policy, bounded:N or fixed:k; ``learner.lag_policy``).
+ablation; each states its lag once (``learner.lag``: on_policy, sync, bounded:N or fixed:k; ``learner.lag_policy``).
 Each CPU world scales any preset down (``launch.worlds``: ``--tiny``, ``--reasoning``, ``--shapes``)
 keeping what the ablation is about: N_reuse, D_R/D_T (hence N_SGD), the clip range, the entropy rule
 and the lag policy. The Sky-T1 recipe's RL stages (another system, not Skywork ablations) live
@@ -16,7 +16,7 @@ from actors.config import ActorConfig
 from launch.config import DataConfig, RunConfig, StageConfig
 from launch.config.skyt1_presets import SKYT1_PRESETS
 from learner.config import AdaptiveEntropy, BatchConfig, FixedEntropy, NoEntropy, PolicyLossConfig
-from learner.lag_policy import Bounded, Fixed, OnPolicy
+from learner.lag_policy import Bounded, Fixed, OnPolicy, Sync
 from learner.trainer_config import LearnerConfig
 
 
@@ -55,6 +55,16 @@ def reuse(n_reuse: int, d_r: int, d_t: int, eps_high: float = 0.2, max_lag: int 
         bound = max_lag if max_lag is not None else batch.n_sgd
         return _with(baseline(), name, lag=Bounded(max_lag=bound), batch=batch,
                      loss=PolicyLossConfig(eps_low=0.2, eps_high=eps_high))
+    return make
+
+
+def synchronous(n_reuse: int, d_r: int, d_t: int) -> Callable[[], RunConfig]:
+    """(N_reuse, D_R, D_T) with synchronous rollouts (``learner.lag`` sync): each step's batch is sampled by
+    the version the step starts at, so the only off-policyness is the within-step lag of the step's own
+    N_SGD updates. Everything else is the on-policy baseline's, the symmetric clip 0.2 included: against
+    (1, D, D) these differ in the updates per batch alone (the science report's factorial)."""
+    def make() -> RunConfig:
+        return _with(baseline(), f"sync_reuse{n_reuse}_dr{d_r}_dt{d_t}", lag=Sync(), batch=_batch(d_r, d_t, n_reuse))
     return make
 
 
@@ -129,6 +139,7 @@ PRESETS: dict[str, Callable[[], RunConfig]] = {
     **{f"reuse{n}_dr{r}_dt{t}": reuse(n, r, t) for n, r, t in
        [(1, 64, 64), (1, 64, 16), (2, 64, 32), (2, 64, 64), (4, 64, 16), (4, 64, 64), (1, 32, 32), (1, 16, 16),
         (4, 256, 64)]},
+    **{f"sync_reuse{n}_dr{r}_dt{t}": synchronous(n, r, t) for n, r, t in [(1, 64, 16), (4, 64, 64), (4, 64, 16)]},
     **{f"cliphigh_{e:g}": clip_higher(e) for e in (0.2, 0.25, 0.265, 0.28)},
     **{f"temp_{t:g}": temperature(t) for t in (0.6, 1.0)},
     **{f"fixedlag_{k}": fixed_lag(k) for k in (0, 1, 2, 4, 8)},

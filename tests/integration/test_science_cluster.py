@@ -29,7 +29,7 @@ from tests.integration.cluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FINDINGS = ("reuse", "minibatches")
+FINDINGS = ("reuse", "clip_higher")
 
 
 def _wait_job_server(cluster: LocalCluster, timeout_s: float = 120.0):
@@ -114,7 +114,7 @@ def test_mini_report_on_a_cluster_survives_a_dead_node(tmp_path, tiny_world, mon
     # placement.json is not checked: on nodes sharing one IP a driver attaches to the first raylet there
     assert {ids["n1"], ids["n2"]} <= driver_nodes
     runs = sorted(p for p in (out / "runs").iterdir() if p.is_dir())
-    assert len(runs) == 5   # each finding's on-policy arm at its comparison's lr, reuse 4, reuse alone, D/4
+    assert len(runs) == 7   # the updates-per-batch factorial's four arms, clip-higher's three
     nodes = set()
     for run in runs:
         assert {"summary.json", "metrics.jsonl", "evals.jsonl", "placement.json"} <= {p.name for p in run.iterdir()}

@@ -138,6 +138,17 @@ def test_evaluation_uses_the_current_stage_budget():
     assert [data.eval_max_tokens(s) for s in (0, 2, 3, 10)] == [64, 64, 128, 128]   # raised after the change
 
 
+def test_the_final_evaluation_samples_final_eval_n_else_eval_n():
+    from launch.config import DataConfig
+
+    assert DataConfig(eval_n=4).final_eval_samples == 4                       # 0: eval_n
+    assert DataConfig(eval_n=4, final_eval_n=16).final_eval_samples == 16
+    cfg = apply_overrides(get_preset("onpolicy"), [("data.eval_n", "2"), ("data.final_eval_n", "16")])
+    assert (cfg.data.eval_n, cfg.data.final_eval_samples) == (2, 16)
+    with pytest.raises(ConfigError, match="final_eval_n"):
+        apply_overrides(cfg, [("data.final_eval_n", "-1")])
+
+
 def test_cli_exits_2_with_the_message(capsys):
     with pytest.raises(SystemExit) as exc:
         build_config(["--tiny", "--learner.nope", "1"], default_preset="onpolicy")
@@ -182,6 +193,8 @@ def test_every_preset_states_its_lag_once(name):
         want = f"fixed:{name.removeprefix('fixedlag_')}"
     elif name.startswith("cliphigh_"):
         want = "bounded:1"
+    elif name.startswith("sync_"):
+        want = "sync"
     elif name.startswith(("reuse", "offpolicy_")) and (b.n_sgd > 1 or cfg.learner.loss.eps_high != 0.2):
         want = f"bounded:{b.n_sgd}"
     else:

@@ -12,6 +12,7 @@ from launch.experiments.science.verdict import (
     entropy_target_gap,
     judge,
     length_growth,
+    t_two_sided_p,
     truncation_drop_at_stage_starts,
 )
 
@@ -37,6 +38,26 @@ def test_statistics_by_hand():
     assert accuracy_final(_rows("reward/accuracy", [0.1] * 5) + [{"step": 2, "eval/avg@n": 0.4},
                                                                   {"step": 4, "eval/avg@n": 0.5}]) == 0.5
     assert accuracy_final(_rows("reward/accuracy", [0.1, 0.2, 0.3, 0.4, 0.6])) == pytest.approx(0.6)
+
+
+def test_pass16_length_and_token_statistics_by_hand():
+    from launch.experiments.science.verdict import STATISTICS, pass16_final, tokens_total, uncut_length_growth
+
+    # pass@16: the last evaluation that has it, by step; the final eval_n-only row (no pass@16) does not count
+    evals = [{"step": 9, "eval/pass@16": 0.75}, {"step": 0, "eval/pass@16": 0.5}, {"step": 10, "eval/pass@4": 0.6}]
+    assert pass16_final(_rows("reward/accuracy", [0.1] * 3) + evals) == 0.75
+    assert math.isnan(pass16_final([{"step": 10, "eval/pass@4": 0.6}]))
+    # 10 steps at a cap that rises at step 8: the mean length jumps with it, the uncut responses grow less
+    # (NaN at step 1: every response was cut)
+    rows = _rows("length/mean", [64, 64, 64, 64, 64, 64, 64, 64, 250, 256],
+                 **{"length/uncut_mean": [30, math.nan, 40, 30, 30, 30, 30, 30, 50, 70], "tokens/generated":
+                    [640, 640, 640, 640, 640, 640, 640, 640, 2500, 2560]})
+    assert length_growth(rows) == pytest.approx(253 - 64)
+    # the NaN step is left out: first 20% of the 9 values = round(1.8) = 2 -> (30 + 40) / 2; last 2 -> (50 + 70) / 2
+    assert uncut_length_growth(rows) == pytest.approx(60 - 35)
+    assert tokens_total(rows + [{"step": 10, "eval/avg@n": 0.5}]) == 8 * 640 + 2500 + 2560
+    assert math.isnan(tokens_total(_rows("length/mean", [10, 20])))
+    assert {"pass16_final", "uncut_length_growth", "tokens_total"} <= set(STATISTICS)
 
 
 def test_truncation_drop_at_stage_starts():
@@ -120,21 +141,28 @@ def test_lag_dose_response_leaves_out_the_ramp_in():
     step 9 (0.5 r), so each dose's ratio is r = 1 - c_s * k: slopes -c_s = -0.05, -0.04, -0.06. The
     learner-side twin, reported beside it, is measured over the same steps for every dose, from the largest
     k (8) on: a lag-k run's first k steps (lag < k) and, for equal windows, every run's first 8 hold 5.0
-    here, which would swamp every ratio. Kept: steps 8, 9 (windows of 1 step): 1.0 then r, the same slopes."""
+    here, which would swamp every ratio. Kept: steps 8, 9 (windows of 1 step): 1.0 then r, the same slopes.
+    Accuracy (training, no evaluation) 0.3 + a_s k under plain PPO, a_s = -0.010, -0.012, -0.014, and 0.3 at
+    every dose under the decoupled objective: its slope minus plain PPO's is +0.012 on average, sd 0.002,
+    t = 0.012 / (0.002 / sqrt 3) = 10.39."""
     from launch.experiments.science.findings import finding
     from launch.experiments.science.report import dose_statistics, evaluate
 
     lag = finding("lag")
-    assert [(a.preset, a.skip_steps) for a in lag.arms] == [(f"fixedlag_{k}", 8) for k in (0, 1, 2, 4, 8)]
+    plain, decoupled = lag.arms[:5], lag.arms[5:]
+    assert [(a.preset, a.skip_steps) for a in plain] == [(f"fixedlag_{k}", 8) for k in (0, 1, 2, 4, 8)]
+    assert [(a.preset, a.skip_steps) for a in decoupled] == [(f"fixedlag_{k}", 8) for k in (0, 1, 2, 4, 8)]
+    assert all("decoupled" in a.overrides and "recompute" in a.overrides for a in decoupled)
 
-    def run(k: int, r: float) -> list[dict]:
+    def run(k: int, r: float, accuracy: float) -> list[dict]:
         e = [5.0 if s < 8 else 1.0 if s == 8 else r for s in range(10)]
         probes = [{"step": 0, "probe/entropy": 0.5}, {"step": 9, "probe/entropy": 0.5 * r}]
-        return _rows("entropy/mean", e, **{"reward/accuracy": 0.3}) + probes
+        return _rows("entropy/mean", e, **{"reward/accuracy": accuracy}) + probes
 
-    c = [0.05, 0.04, 0.06]
-    by_arm = {a.name: [run(k, 1 - cs * k) for cs in c] for a, k in zip(lag.arms, (0, 1, 2, 4, 8))}
-    ratio, accuracy = evaluate(lag, by_arm)
+    c, a = [0.05, 0.04, 0.06], [-0.010, -0.012, -0.014]
+    by_arm = {arm.name: [run(k, 1 - cs * k, 0.3 + a_s * k) for cs, a_s in zip(c, a)] for arm, k in zip(plain, LAG)}
+    by_arm |= {arm.name: [run(k, 1 - cs * k, 0.3) for cs in c] for arm, k in zip(decoupled, LAG)}
+    ratio, accuracy, flattened, ratio_decoupled = evaluate(lag, by_arm)
     assert dose_statistics(lag, lag.checks[0], by_arm)[4] == pytest.approx([1 - 0.4, 1 - 0.32, 1 - 0.48])
     assert ratio.verdict.b == pytest.approx([-0.05, -0.04, -0.06])
     # mean -0.05, sd 0.01, se 0.01/sqrt(3) = 0.0057735, t = -8.660, half-width 4.303 * se = 0.024843
@@ -142,7 +170,15 @@ def test_lag_dose_response_leaves_out_the_ramp_in():
     assert ratio.verdict.half_width == pytest.approx(0.024843, abs=1e-6) and ratio.verdict.verdict == "agrees"
     assert ratio.statistic == "probe_entropy_ratio" and ratio.learner_side.b == pytest.approx([-0.05, -0.04, -0.06])
     assert "learner side (entropy_ratio, not judged in the family): agrees, effect -0.0500" in ratio.line()
-    assert accuracy.verdict.effect == pytest.approx(0.0) and accuracy.verdict.verdict == "inconclusive"
+    assert accuracy.verdict.b == pytest.approx(a) and accuracy.verdict.verdict == "agrees"
+    assert flattened.arm_a == "slope over " + ", ".join(arm.name for arm in plain)
+    assert flattened.verdict.a == pytest.approx(a) and flattened.verdict.b == pytest.approx([0.0] * 3, abs=1e-12)
+    assert flattened.verdict.effect == pytest.approx(0.012) and flattened.verdict.t == pytest.approx(10.392, abs=1e-3)
+    assert flattened.verdict.verdict == "agrees"
+    assert ratio_decoupled.verdict.b == pytest.approx([-0.05, -0.04, -0.06])
+
+
+LAG = (0, 1, 2, 4, 8)
 
 
 def test_every_check_states_what_the_paper_reports(tmp_path):
@@ -154,7 +190,7 @@ def test_every_check_states_what_the_paper_reports(tmp_path):
 
     for f in FINDINGS:
         for c in f.checks:
-            assert c.paper.startswith(c.expect), (f.key, c.claim, c.paper)
+            assert c.paper.startswith(c.expect.replace("_", " ")), (f.key, c.claim, c.paper)
     f = next(f for f in FINDINGS if f.key == "reuse")
     by_arm = {a.name: [_rows("entropy/mean", [0.5, 0.5, 0.4, 0.4, 0.4])] * 2 for a in f.arms}
     row, *rest = csv.DictReader(open(write_csv(evaluate(f, by_arm), tmp_path / "r.csv")))   # entropy, ...
@@ -243,6 +279,8 @@ def test_a_seed_estimate_only_where_the_half_width_target_means_something():
     # 4 seeds: 3.182 * 0.04 / 2 = 0.0636, 5 seeds: 2.776 * 0.04 / sqrt(5) = 0.0497 <= 0.05
     v = judge([0.0, 0.0, 0.0], [0.30, 0.34, 0.38], "higher")
     assert power_target("length_growth") is None and power_target("entropy_ratio") == 0.05
+    assert power_target("uncut_length_growth") is None and power_target("tokens_total") is None
+    assert power_target("pass16_final") == 0.05
     assert v.line(power_target("length_growth")).endswith("(sd 0.0400 over 3 seeds, t = +14.72)")
     assert v.line(power_target("entropy_ratio")).endswith(
         "; wider than ± 0.05: about 5 seeds at this spread would reach it")
@@ -275,7 +313,7 @@ def test_holm_bonferroni_by_hand():
 
 
 def test_the_report_adjusts_every_check_and_marks_shared_references():
-    """Three checks, two of them (reuse, minibatches) against the same on-policy runs: the raw verdicts
+    """Three checks, two of them (reuse, clip_higher) against the same on-policy runs: the raw verdicts
     agree at p 0.0046 / 0.035 (t 5.20) / 0.040 (t 4.82); Holm over the family of 3 keeps the first
     (3 * 0.0046 = 0.0137) and makes the others inconclusive (2 * 0.035 = 0.070, then max(0.070, 0.040))."""
     from launch.experiments.science.findings import finding
@@ -285,16 +323,50 @@ def test_the_report_adjusts_every_check_and_marks_shared_references():
         return CheckResult(finding(key), "claim", "entropy_ratio", arm_a, "b", "higher", "", judge([0.0] * 3, b, "higher"))
 
     strong = [0.30, 0.34, 0.38]                       # t 14.72, p 0.00458
-    results = [check("reuse", "on-policy (1, D, D)", strong), check("minibatches", "on-policy (1, D, D)", [0.2, 0.3, 0.4]),
+    results = [check("reuse", "on-policy (1, D, D)", strong), check("clip_higher", "on-policy (1, D, D)", [0.2, 0.3, 0.4]),
                check("temperature", "τ 1.0", [0.2, 0.3, 0.42])]
     ps = [r.verdict.p for r in results]
     assert ps[0] < 0.05 / 3 and 0.025 < min(ps[1:]) and max(ps[1:]) < 0.05
     assert [r.verdict.verdict for r in results] == ["agrees"] * 3
-    runs = {("reuse", "on-policy (1, D, D)"): "reuse1_dr64_dt64-s0-aa", ("minibatches", "on-policy (1, D, D)"):
+    runs = {("reuse", "on-policy (1, D, D)"): "reuse1_dr64_dt64-s0-aa", ("clip_higher", "on-policy (1, D, D)"):
             "reuse1_dr64_dt64-s0-aa", ("temperature", "τ 1.0"): "temp_1-s0-bb"}
     correct_for_checks(results, runs)
     assert results[0].p_holm == pytest.approx(3 * ps[0]) and results[0].verdict_holm == "agrees"
     assert [r.verdict_holm for r in results[1:]] == ["inconclusive", "inconclusive"]
     assert results[1].p_holm == pytest.approx(2 * ps[1]) == results[2].p_holm
-    assert results[0].shares_reference_with == ("minibatches",) and results[1].shares_reference_with == ("reuse",)
+    assert results[0].shares_reference_with == ("clip_higher",) and results[1].shares_reference_with == ("reuse",)
     assert results[2].shares_reference_with == ()
+
+
+def test_differ_and_not_lower_by_hand():
+    """d = [0.30, 0.34, 0.38]: t +14.72 > 4.303. 'differ' agrees whichever the sign and never disagrees;
+    d = [0.2, -0.1, 0.05] (t +0.52) leaves it inconclusive. 'not_lower' (margin 0.05) shifts the null to
+    -0.05: d = [-0.02, -0.01, -0.03], mean -0.02, sd 0.01, (mean + 0.05) / (0.01 / sqrt 3) = +5.196 > 4.303:
+    agrees although the effect is negative; d = [-0.10, -0.11, -0.09] gives -8.660: disagrees;
+    d = [-0.02, -0.10, 0.04] (mean -0.0267, sd 0.0702, t_null +0.58) is inconclusive."""
+    zero = [0.0] * 3
+    assert judge(zero, [0.30, 0.34, 0.38], "differ").verdict == "agrees"
+    assert judge(zero, [-0.30, -0.34, -0.38], "differ").verdict == "agrees"
+    assert judge(zero, [0.2, -0.1, 0.05], "differ").verdict == "inconclusive"
+    v = judge(zero, [-0.02, -0.01, -0.03], "not_lower")
+    assert v.verdict == "agrees" and v.effect == pytest.approx(-0.02) and v.margin == 0.05
+    assert v.t == pytest.approx(-3.464, abs=1e-3)                          # the effect's own t, as printed
+    assert v.p == pytest.approx(t_two_sided_p(5.196, 2), abs=1e-4) and v.p < 0.05     # the p of the shifted null
+    assert "judged against -0.05" in v.line()
+    assert judge(zero, [-0.10, -0.11, -0.09], "not_lower").verdict == "disagrees"
+    assert judge(zero, [-0.02, -0.10, 0.04], "not_lower").verdict == "inconclusive"
+    assert judge(zero, [0.30, 0.34, 0.38], "higher").margin == 0.0
+
+
+def test_slope_against_a_reference_curve_pairs_seeds():
+    """Doses 0, 1, 2. Seed 0: slope 0.0 against the reference's -0.1; seed 1: -0.02 against -0.12; seed 2 only
+    in the reference (unpaired, left out). Differences +0.10, +0.10: sd 0, t = +inf, agrees 'higher'."""
+    from launch.experiments.science.verdict import judge_slope
+
+    checked = [[0.5, 0.5], [0.5, 0.48], [0.5, 0.46]]              # [dose][seed]
+    reference = ([0, 1, 2], [[0.5, 0.5, 0.5], [0.4, 0.38, 0.4], [0.3, 0.26, 0.3]])
+    v = judge_slope([0, 1, 2], checked, "higher", reference=reference)
+    assert v.b == pytest.approx([0.0, -0.02, math.nan], nan_ok=True)
+    assert v.a == pytest.approx([-0.1, -0.12, -0.1])
+    assert (v.n, v.effect, v.verdict) == (2, pytest.approx(0.1), "agrees")
+    assert judge_slope([0, 1, 2], checked, "lower").b == pytest.approx([0.0, -0.02])      # against 0 as before

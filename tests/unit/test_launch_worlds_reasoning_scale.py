@@ -76,11 +76,9 @@ def test_science_runs_ask_for_the_world_by_its_flag(tmp_path):
     assert "--reasoning" not in RunSpec("onpolicy", (), None, 0, 3).argv(tmp_path)
 
 
-def test_minibatch_finding_keeps_four_minibatches_in_every_world(tmp_path):
-    from launch.experiments.science.findings import finding
-
-    arm = finding("minibatches").arms[1]
+def test_minibatch_arm_keeps_four_minibatches_in_every_world(tmp_path):
+    from launch.experiments.science.findings import MINIBATCHES as arm
     for world in ("tiny", "reasoning", None):
         cfg, _ = build_config(RunSpec(arm.preset, arm.overrides, world, 0, 3).argv(tmp_path), default_preset=arm.preset)
         b = cfg.learner.batch
-        assert (b.rollout_batch // b.mini_batch, b.n_reuse, b.n_sgd, cfg.learner.mode) == (4, 1, 4, "off_policy")
+        assert (b.rollout_batch // b.mini_batch, b.n_reuse, b.n_sgd, str(cfg.learner.lag)) == (4, 1, 4, "sync")

@@ -37,15 +37,17 @@ def fair_overrides(findings: list[Finding], world: str | None, steps: int) -> di
     """finding key -> overrides every arm gets: the comparison's one learning rate, no learning-rate warm-up
     (the learner's warm-up counts optimizer updates: over the same steps, an arm of 16 updates a step would
     finish it inside step 0 while the on-policy arm spends its first steps in it, a second factor in exactly
-    the comparisons about updates per step), and, for a finding with ``final_model`` in a world with an
-    entropy split, a checkpoint at its last step."""
+    the comparisons about updates per step), 16 samples per held-out problem at the final evaluation for a
+    finding that checks pass@16, and, for a finding with ``final_model`` in a world with an entropy split, a
+    checkpoint at its last step."""
     out = {}
     for f in findings:
         lrs = [config_of(spec_for(f, arm, 0, steps, world)).learner.lr for arm in f.arms]
         last = str(f.steps_for(steps))
         split = f.final_model and entropy_split_of(world or f.world) is not None
         keep = ("--learner.checkpoint_every", last) if split else ()
-        out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), "--learner.warmup_steps", "0", *keep)
+        pass_at_16 = ("--data.final_eval_n", "16") if any(c.statistic == "pass16_final" for c in f.checks) else ()
+        out[f.key] = (*f.overrides, "--learner.lr", repr(min(lrs)), "--learner.warmup_steps", "0", *pass_at_16, *keep)
     return out
 
 
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     # here, after the arguments: the report and runner bring torch and Ray (--help and a bad flag stay instant)
     from launch.experiments.science.report import (
         correct_for_checks,
+        covariance_png,
         dose_response_png,
         evaluate,
         figure_png,
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             for key, error in failed.items():
                 print(f"[science] {key}: {error}", flush=True)
 
-    results, figures, dose_figures = [], {}, {}
+    results, figures, dose_figures, covariance_figures = [], {}, {}, {}
     for f in fair_findings:
         rows_by_arm = {}
         for arm in f.arms:
@@ -182,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         figures[f.key] = figure_png(f, rows_by_arm)
         if (dose := dose_response_png(f, rows_by_arm)) is not None:
             dose_figures[f.key] = dose
+        if (covariance := covariance_png(rows_by_arm)) is not None:
+            covariance_figures[f.key] = covariance
     correct_for_checks(results, {(f, arm): spec.key for (f, arm, seed), spec in specs.items() if seed == 0})
     lrs = ", ".join(f"{f.key} lr {f.overrides[f.overrides.index('--learner.lr') + 1]}" for f in fair_findings
                     if "--learner.lr" in f.overrides)
@@ -198,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"the number of checks not yet passed, in increasing order); checks whose reference arm is the "
                 f"same runs as another finding's are marked: their verdicts are correlated.")
     html = write_html(results, figures, args.out / "report.html", title="lagrl science report", preamble=preamble,
-                      dose_figures=dose_figures)
+                      dose_figures=dose_figures, covariance_figures=covariance_figures)
     table = write_csv(results, args.out / "report.csv")
     for r in results:
         print(f"[verdict] {r.finding.key}: {r.claim}: {r.line()}; Holm-adjusted: {r.verdict_holm} "

@@ -10,6 +10,7 @@ cluster (``python -m launch.experiments.science --full``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -35,26 +36,33 @@ class Check:
     statistic: str                           # a key of launch.experiments.science.verdict.STATISTICS
     a: str | None                            # arm name (the reference); None: stat(b) against 0
     b: str                                   # arm name compared with it
-    expect: Literal["higher", "lower"]       # expected sign of stat(b) - stat(a)
+    expect: Literal["higher", "lower", "differ", "not_lower"]   # stat(b) - stat(a): expected sign; "differ":
+                                             # either sign; "not_lower": above -NON_INFERIORITY_MARGIN (verdict.judge)
     paper: str = ""                          # what the paper reports: direction and size, in its terms
 
 
 @dataclass(frozen=True)
 class SlopeCheck:
-    """A dose-response check: the sign of the slope of a statistic against a dose (launch.experiments.science.verdict.judge_slope)."""
+    """A dose-response check: the sign of the slope of a statistic against a dose, or of its difference from
+    the slope over another set of arms (``against``; launch.experiments.science.verdict.judge_slope)."""
     claim: str
     statistic: str                           # a key of launch.experiments.science.verdict.STATISTICS
     doses: tuple[tuple[str, float], ...]     # (arm name, its dose), e.g. (("lag 0", 0), ("lag 1", 1), ...)
-    expect: Literal["higher", "lower"]       # expected sign of the slope
+    expect: Literal["higher", "lower"]       # expected sign of the slope (minus the reference slope)
     paper: str = ""                          # what the paper reports: direction and size, in its terms
+    against: tuple[tuple[str, float], ...] = ()   # a reference dose curve: judge slope(doses) - slope(against)
 
     @property
-    def a(self) -> None:                     # a slope is judged against 0, like Check(a=None)
-        return None
+    def a(self) -> str | None:               # a slope alone is judged against 0, like Check(a=None)
+        return _slope_over(self.against) if self.against else None
 
     @property
     def b(self) -> str:
-        return "slope over " + ", ".join(name for name, _ in self.doses)
+        return _slope_over(self.doses)
+
+
+def _slope_over(doses: tuple[tuple[str, float], ...]) -> str:
+    return "slope over " + ", ".join(name for name, _ in doses)
 
 
 @dataclass(frozen=True)
@@ -101,41 +109,58 @@ LAG_DOSES = (0, 1, 2, 4, 8)
 # steps (the ramp-in), and a ratio over a longer window shows more decay, which would bias the slope.
 LAG_ARMS = tuple(Arm(f"lag {k}", f"fixedlag_{k}", skip_steps=max(LAG_DOSES)) for k in LAG_DOSES)
 ONPOLICY = Arm("on-policy (1, D, D)", "reuse1_dr64_dt64")
-REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")
-REUSE_ONLY = Arm("reuse 4 alone (4, D, D)", "reuse4_dr64_dt64")      # 4 updates a step from reuse, no mini-batches
+REUSE4 = Arm("reuse 4 (4, D, D/4)", "reuse4_dr64_dt16")              # off-policy, bounded lag: the control findings
 NO_CONTROL = ("--learner.entropy.type", "none")
 REUSE4_SYMMETRIC = Arm("reuse 4, eps_high 0.2", REUSE4.preset, ("--learner.entropy.type", "adaptive"))
+# The updates-per-batch factorial: synchronous rollouts (learner.lag sync) in every arm but the on-policy
+# baseline, which is the (1, D, D) corner of the same design; the symmetric clip everywhere.
+MINIBATCHES = Arm("mini-batches (1, D, D/4)", "sync_reuse1_dr64_dt16")   # 4 updates a step from mini-batches
+REUSE_ONLY = Arm("reuse (4, D, D)", "sync_reuse4_dr64_dt64")           # 4 updates a step from reuse
+REUSE_MINIBATCHES = Arm("reuse and mini-batches (4, D, D/4)", "sync_reuse4_dr64_dt16")   # 16: the paper's arm
+UPDATES_PER_BATCH = ((ONPOLICY, 1), (MINIBATCHES, 4), (REUSE_ONLY, 4), (REUSE_MINIBATCHES, 16))
+DECOUPLED = ("--learner.old_logprobs", "recompute", "--learner.loss.correction.type", "decoupled")
+LAG_DECOUPLED_ARMS = tuple(Arm(f"{a.name}, decoupled", a.preset, DECOUPLED, a.skip_steps) for a in LAG_ARMS)
+
+
+def _dose_of(arms: tuple[Arm, ...]) -> tuple[tuple[str, float], ...]:
+    return tuple((a.name, float(k)) for a, k in zip(arms, LAG_DOSES))
+
 
 FINDINGS: tuple[Finding, ...] = (
     Finding(
-        "reuse", "Off-policy sample reuse collapses entropy faster", "Skywork-OR1 §4 (Figure: off-policy ablation)",
-        "slips", (ONPOLICY, REUSE4, REUSE_ONLY),
-        (Check("reuse-4 (16 updates per rollout batch) keeps less of its entropy than on-policy",
-               "probe_entropy_ratio", ONPOLICY.name, REUSE4.name, "lower",
-               "lower: (4, 64, 16)'s entropy collapses faster than (1, 64, 64)'s and its test accuracy "
-               "ends lower (sizes shown in figures, not stated)"),
-         Check("reuse alone (4, D, D: 4 updates, no mini-batches) keeps less of its entropy than on-policy",
-               "probe_entropy_ratio", ONPOLICY.name, REUSE_ONLY.name, "lower",
-               "lower: more SGD steps per rollout batch collapse entropy faster, from reuse as from "
-               "mini-batches (figures only)"),
-         Check("reuse-4 ends with a lower accuracy than on-policy", "accuracy_final", ONPOLICY.name, REUSE4.name,
-               "lower", "lower: the off-policy runs' test accuracy ends below the on-policy run's (figures only)"),
-         Check("reuse-4 keeps less of its entropy on the decisions that change the reward (direction, form)",
-               "decision_entropy_ratio", ONPOLICY.name, REUSE4.name, "lower",
+        "reuse", "More updates per rollout batch collapse entropy faster, from reuse as from mini-batches",
+        "Skywork-OR1 §4 (Figure: off-policy ablation, the (N_reuse, D_R, D_T) quadruples)",
+        "slips", tuple(a for a, _ in UPDATES_PER_BATCH),
+        (*(Check(f"{arm.name} ({n} updates per rollout batch) keeps less of its entropy than on-policy",
+                 "probe_entropy_ratio", ONPOLICY.name, arm.name, "lower",
+                 "lower: more SGD steps per rollout batch, from reuse as from mini-batches, collapse entropy "
+                 "faster; (4, 64, 16) fastest (figures only)")
+           for arm, n in UPDATES_PER_BATCH[1:]),
+         SlopeCheck("the entropy ratio falls with log2 of the updates per rollout batch (1, 4, 4, 16)",
+                    "probe_entropy_ratio", tuple((a.name, math.log2(n)) for a, n in UPDATES_PER_BATCH), "lower",
+                    "lower, as a direction: N_SGD 1 < 4 < 16 collapse in that order (figures only)"),
+         Check("at 4 updates per rollout batch, reuse and mini-batches keep different shares of their entropy",
+               "probe_entropy_ratio", MINIBATCHES.name, REUSE_ONLY.name, "differ",
+               "differ, or not: not compared in the paper, which sets each quadruple against on-policy"),
+         Check("(4, D, D/4) ends with a lower held-out accuracy than on-policy", "accuracy_final", ONPOLICY.name,
+               REUSE_MINIBATCHES.name, "lower",
+               "lower: the off-policy runs' test accuracy ends below the on-policy run's (figures only)"),
+         Check("(4, D, D/4) ends with a lower held-out pass@16 than on-policy (premature collapse)", "pass16_final",
+               ONPOLICY.name, REUSE_MINIBATCHES.name, "lower",
+               "lower: premature entropy collapse costs exploration and later accuracy (figures only; the paper "
+               "reports avg@32, not pass@k)"),
+         Check("(4, D, D/4) keeps less of its entropy on the decisions that change the reward (direction, form)",
+               "decision_entropy_ratio", ONPOLICY.name, REUSE_MINIBATCHES.name, "lower",
                "lower: as the entropy ratio (the paper measures all tokens; in the routes world two thirds of "
                "the entropy sits in reward-idle check words and separators, which RL leaves alone)")),
-        gpu={ONPOLICY.name: "reuse1_dr64_dt64", REUSE4.name: "reuse4_dr64_dt16", REUSE_ONLY.name: "reuse4_dr64_dt64"},
+        notes="One factor per comparison: every arm but on-policy runs synchronous rollouts (--learner.lag sync: "
+              "a step's batch is sampled by the version the step starts at), so the only off-policyness is the "
+              "within-step lag the arm's own updates create (0 .. N_SGD - 1), and every arm keeps the symmetric "
+              "clip 0.2. Asynchrony is the lag finding's dose. The slope is fitted per seed against log2 of the "
+              "updates (0, 2, 2, 4). In the slips world the best policy is deterministic: entropy collapse is the "
+              "learning itself there, so premature collapse shows only as pass@16 at equal or higher pass@1.",
+        gpu={a.name: a.preset for a, _ in UPDATES_PER_BATCH},
         final_model=True),
-    Finding(
-        "minibatches", "More mini-batches per rollout batch also speed up collapse", "Skywork-OR1 §4",
-        # a preset, not a --learner.batch.mini_batch override: an absolute D_T would be applied after a
-        # world's scaling (D_R 32 or 16 there) and lose the ratio D_R/D_T = 4
-        "slips", (ONPOLICY, Arm("(1, D, D/4)", "reuse1_dr64_dt16")),
-        (Check("(1, D_R, D_T) with D_T = D_R/4 keeps less entropy than (1, D, D)",
-               "probe_entropy_ratio", ONPOLICY.name, "(1, D, D/4)", "lower",
-               "lower: more SGD steps per batch, from mini-batches as from reuse, collapse entropy faster "
-               "(figures only)"),),
-        gpu={ONPOLICY.name: "reuse1_dr64_dt64", "(1, D, D/4)": "reuse1_dr64_dt16"}),
     Finding(
         "temperature", "A low sampling temperature collapses faster", "Skywork-OR1 §4 (temperature ablation)",
         "slips", (Arm("tau 1.0", "temp_1", NO_CONTROL), Arm("tau 0.6", "temp_0.6", NO_CONTROL),
@@ -214,35 +239,53 @@ FINDINGS: tuple[Finding, ...] = (
         gpu={"reuse 4, eps_high 0.2": "reuse4_dr64_dt16",
              "reuse 4, eps_high 0.28": "reuse4_dr64_dt16 + --learner.loss.eps_high 0.28"}),
     Finding(
-        "lag", "Entropy and accuracy against lag as a controlled dose", "Skywork-OR1 §4 (off-policy updates "
-        "speed up entropy collapse), measured here as a dose: every token trained at update lag exactly k",
-        "slips", LAG_ARMS,
+        "lag", "Entropy and accuracy against lag as a controlled dose, without and with the decoupled correction",
+        "Skywork-OR1 §4 (off-policy updates speed up entropy collapse), measured here as a dose: every token "
+        "trained at update lag exactly k; AReaL (Fu et al. 2025, arXiv:2505.24298) for the decoupled objective",
+        "slips", LAG_ARMS + LAG_DECOUPLED_ARMS,
         (SlopeCheck("entropy ratio falls as the lag k grows (0, 1, 2, 4, 8)", "probe_entropy_ratio",
-                    tuple((a.name, float(k)) for a, k in zip(LAG_ARMS, LAG_DOSES)), "lower",
+                    _dose_of(LAG_ARMS), "lower",
                     "lower, as a direction only: the paper compares off- with on-policy updates and reports "
                     "no dose-response"),
-         SlopeCheck("accuracy at the end falls as the lag k grows", "accuracy_final",
-                    tuple((a.name, float(k)) for a, k in zip(LAG_ARMS, LAG_DOSES)), "lower",
-                    "lower, as a direction only: off-policy runs end with lower test accuracy; no dose given")),
-        notes="Each dose is the baseline with --learner.fixed_lag k (one update per step, the same lr). A "
+         SlopeCheck("accuracy at the end falls as the lag k grows", "accuracy_final", _dose_of(LAG_ARMS), "lower",
+                    "lower, as a direction only: off-policy runs end with lower test accuracy; no dose given"),
+         SlopeCheck("the decoupled objective flattens the accuracy slope (its slope minus plain PPO's is higher)",
+                    "accuracy_final", _dose_of(LAG_DECOUPLED_ARMS), "higher",
+                    "higher: AReaL's AIME24 at staleness 0/1/2/4/8 is 42.0/41.8/40.0/23.3/35.7 with naive PPO "
+                    "and 42.0/42.1/41.8/42.2/41.0 with the decoupled objective", against=_dose_of(LAG_ARMS)),
+         SlopeCheck("with the decoupled objective the entropy ratio still falls as the lag k grows",
+                    "probe_entropy_ratio", _dose_of(LAG_DECOUPLED_ARMS), "lower",
+                    "lower, as a direction: AReaL measures accuracy only; no one has drawn the entropy dose "
+                    "under the correction")),
+        notes="Each dose is the baseline with --learner.lag fixed:k (one update per step, the same lr). A "
               "lag-k run's first k steps train at lag < k (no version k behind version 0), so every dose is "
-              "measured over the same steps, from the largest k (8) on: equal windows, one factor apart.",
-        gpu={a.name: a.preset for a in LAG_ARMS}),
+              "measured over the same steps, from the largest k (8) on: equal windows, one factor apart. The "
+              "second curve repeats every dose with the decoupled objective (AReaL): old log-probs recomputed by "
+              "the learner (pi_prox), the clip around them and the importance weight pi_prox / mu (capped).",
+        gpu={a.name: a.preset + (" + " + " ".join(a.overrides) if a.overrides else "")
+             for a in LAG_ARMS + LAG_DECOUPLED_ARMS}),
     Finding(
-        "multistage", "Multi-stage context lengthening", "Skywork-OR1 §3 (multi-stage training)", "reasoning",
-        (Arm("fixed short budget", "multistage", ("--data.stages", '[{"max_tokens": 64}]')),
+        "multistage", "Multi-stage context lengthening reaches the long budget's accuracy with fewer tokens",
+        "Skywork-OR1 §3 (multi-stage training)", "reasoning",
+        (Arm("fixed final budget", "multistage", ("--data.stages", '[{"max_tokens": 256}]')),
          Arm("64 -> 128 -> 256", "multistage")),
-        (Check("responses grow more under the growing budget", "length_growth",
-               "fixed short budget", "64 -> 128 -> 256", "higher",
-               "higher: responses lengthen at each stage's larger context (8K -> 16K -> 32K; figures only)"),
-         Check("accuracy ends higher under the growing budget", "accuracy_final",
-               "fixed short budget", "64 -> 128 -> 256", "higher",
-               "higher: the staged run reaches the single long-context run's accuracy at less compute; a "
-               "short budget alone caps it (figures only)"),
+        (Check("the staged run generates fewer tokens than the final budget from step 0", "tokens_total",
+               "fixed final budget", "64 -> 128 -> 256", "lower",
+               "lower: staged training (8K -> 16K -> 32K) reaches the accuracy at less compute (figures only)"),
+         Check("the staged run's final accuracy is not lower than the final budget's (margin 0.05)",
+               "accuracy_final", "fixed final budget", "64 -> 128 -> 256", "not_lower",
+               "not lower: the staged run reaches the single long-context run's accuracy (figures only)"),
+         Check("responses that fit their budget lengthen over the staged run", "uncut_length_growth",
+               None, "64 -> 128 -> 256", "higher",
+               "higher: responses lengthen at each stage's larger context (figures only)"),
          Check("the truncation rate drops when a stage starts", "truncation_drop_at_stage_starts",
                None, "64 -> 128 -> 256", "higher",
                "higher: the truncation ratio falls at each stage start (figures only)")),
-        gpu={"fixed short budget": "multistage + --data.stages [{max_tokens: 8192}]", "64 -> 128 -> 256": "multistage"}),
+        notes="The control is the paper's: the final budget (256) from step 0, not a short fixed budget (62% of "
+              "the warmed-up policy's responses are cut at 64, so against 64 a raised cap lengthens responses "
+              "whether or not anything is learned). Length is measured on uncut responses only (a cut response's "
+              "length is the cap's); tokens are every response read by the learner, summed over the run.",
+        gpu={"fixed final budget": "multistage + --data.stages [{max_tokens: 32768}]", "64 -> 128 -> 256": "multistage"}),
     Finding(
         "truncation_mask", "Advantage masks for truncated responses change length growth",
         "Skywork-OR1 §4 (advantage-mask ablation)", "reasoning",

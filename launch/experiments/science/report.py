@@ -3,7 +3,10 @@
 Figures per finding: entropy, accuracy, response length and clip fraction vs step; one line per
 arm (the mean over its seeds) with the seeds' min..max shaded. A finding with dose-response checks
 (lag) also gets their figure: each checked statistic against the dose, one dot per seed, the mean
-over seeds joined by a line.
+over seeds joined by a line. Every finding gets the entropy mechanism's figure
+(``launch.experiments.analysis.entropy_mechanism``): per interval between two evaluations of each run, the
+learner's cov(log-prob, advantage) summed over the interval's updates against the probe entropy's change,
+or a line saying why it could not be drawn.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from launch.experiments.analysis.entropy_mechanism import covariance_entropy_pairs, plot_covariance_entropy
 from launch.experiments.science.findings import Finding, SlopeCheck
 from launch.experiments.science.verdict import (
     LEARNER_SIDE,
@@ -38,6 +42,13 @@ CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "pape
               "stat_a_per_seed", "stat_b_per_seed", "learner_side_statistic", "learner_side_effect",
               "learner_side_verdict", "source")
 ALPHA = 0.05            # the family-wise level of the Holm-adjusted verdicts
+COVARIANCE_CAPTION = ("The entropy mechanism: a dot per interval between two evaluations of a run (every arm "
+                      "and seed), the learner's cov(log-prob, advantage) over its trained tokens summed over the "
+                      "interval's updates against the probe entropy's change over it. To first order a "
+                      "policy-gradient update lowers the entropy by about lr x that covariance (Cui et al. "
+                      "2025), so the theory expects a negative relation.")
+NO_COVARIANCE = ("No entropy-mechanism figure: no run of this finding has the probe's entropy at two "
+                 "consecutive evaluations and cov/logp_adv at every step between them.")
 
 
 @dataclass
@@ -87,8 +98,12 @@ def _judge(finding: Finding, c, name: str, rows_by_arm: dict[str, list[list[dict
     """Check ``c`` judged on the statistic ``name``."""
     skip = {a.name: a.skip_steps for a in finding.arms}
     if isinstance(c, SlopeCheck):
-        doses = [dose for _, dose in c.doses]
-        return judge_slope(doses, dose_statistics(finding, replace(c, statistic=name), rows_by_arm), c.expect)
+        c = replace(c, statistic=name)
+        reference = None
+        if c.against:
+            reference = ([dose for _, dose in c.against], dose_statistics(finding, c, rows_by_arm, c.against))
+        return judge_slope([dose for _, dose in c.doses], dose_statistics(finding, c, rows_by_arm), c.expect,
+                           reference=reference)
     runs_b = rows_by_arm.get(c.b, [])
     runs_a = rows_by_arm.get(c.a, []) if c.a is not None else []
     runs_a = list(runs_a) + [None] * (len(runs_b) - len(runs_a))
@@ -98,13 +113,13 @@ def _judge(finding: Finding, c, name: str, rows_by_arm: dict[str, list[list[dict
     return judge(a, b, c.expect)
 
 
-def dose_statistics(finding: Finding, check: SlopeCheck,
-                    rows_by_arm: dict[str, list[list[dict] | None]]) -> list[list[float]]:
+def dose_statistics(finding: Finding, check: SlopeCheck, rows_by_arm: dict[str, list[list[dict] | None]],
+                    doses: tuple[tuple[str, float], ...] | None = None) -> list[list[float]]:
     """``[dose][seed]``: the check's statistic of each dose's run per seed (NaN where missing), each arm's
-    first ``skip_steps`` steps left out."""
+    first ``skip_steps`` steps left out; over ``doses`` (the check's reference curve) instead of its own."""
     skip = {a.name: a.skip_steps for a in finding.arms}
     return [[statistic(check.statistic, rows, None, skip.get(arm, 0)) for rows in rows_by_arm.get(arm, [])]
-            for arm, _ in check.doses]
+            for arm, _ in (check.doses if doses is None else doses)]
 
 
 def correct_for_checks(results: list[CheckResult], reference_run: dict[tuple[str, str], str]) -> list[CheckResult]:
@@ -189,19 +204,43 @@ def dose_response_png(finding: Finding, rows_by_arm: dict[str, list[list[dict] |
 
     fig, axes = plt.subplots(1, len(checks), figsize=(4.6 * len(checks), 3.2), squeeze=False)
     for ax, check in zip(axes[0], checks):
-        doses = np.array([dose for _, dose in check.doses])
-        values = np.array(dose_statistics(finding, check, rows_by_arm), dtype=float)    # (doses, seeds)
-        for seed in range(values.shape[1] if values.ndim == 2 else 0):
-            ax.plot(doses, values[:, seed], "o", alpha=0.5, markersize=4, label=f"seed {seed}")
-        with warnings.catch_warnings():             # a dose with no finished run: NaN, said by the dots' absence
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(values, axis=1) if values.size else np.full(len(doses), np.nan)
-        ax.plot(doses, mean, "k-", linewidth=1.3, label="mean over seeds")
-        ax.set_xticks(doses)
+        # a check against a reference curve (the lag dose under a correction against plain PPO) draws both
+        curves = [("", check.doses, "k")] + ([("reference: ", check.against, "tab:gray")] if check.against else [])
+        for label, dose_arms, colour in curves:
+            doses = np.array([dose for _, dose in dose_arms])
+            values = np.array(dose_statistics(finding, check, rows_by_arm, dose_arms), dtype=float)  # (doses, seeds)
+            for seed in range(values.shape[1] if values.ndim == 2 else 0):
+                ax.plot(doses, values[:, seed], "o", color=colour, alpha=0.4, markersize=4,
+                        label=f"{label}seed {seed}" if seed == 0 else None)
+            with warnings.catch_warnings():         # a dose with no finished run: NaN, said by the dots' absence
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(values, axis=1) if values.size else np.full(len(doses), np.nan)
+            ax.plot(doses, mean, "-", color=colour, linewidth=1.3, label=f"{label}{dose_arms[0][0]} ... mean")
+        ax.set_xticks(sorted({dose for _, dose in check.doses}))
         ax.set_title(f"{check.statistic} against the dose", fontsize=9)
         ax.set_xlabel("dose (" + finding.key + ")", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def covariance_png(rows_by_arm: dict[str, list[list[dict] | None]]) -> bytes | None:
+    """The entropy mechanism's scatter as a PNG (``COVARIANCE_CAPTION``): every seed's intervals, a colour per
+    arm; None when no run has an interval to pair."""
+    pairs_by_arm = {arm: [p for rows in runs if rows is not None for p in covariance_entropy_pairs(rows)]
+                    for arm, runs in rows_by_arm.items()}
+    if not any(pairs_by_arm.values()):
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    plot_covariance_entropy(ax, pairs_by_arm)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
@@ -222,8 +261,10 @@ def _band(runs: list[list[dict] | None], key: str) -> tuple[np.ndarray, ...]:
 
 
 def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path, *, title: str,
-               preamble: str, dose_figures: dict[str, bytes] | None = None) -> Path:
-    """The report; ``figures[key]`` is a finding's step figure, ``dose_figures[key]`` its dose-response one."""
+               preamble: str, dose_figures: dict[str, bytes] | None = None,
+               covariance_figures: dict[str, bytes] | None = None) -> Path:
+    """The report; ``figures[key]`` is a finding's step figure, ``dose_figures[key]`` its dose-response one,
+    ``covariance_figures[key]`` its entropy-mechanism one (a finding without one says so: ``NO_COVARIANCE``)."""
     esc = html.escape
     rows = "".join(
         f"<tr class='{r.verdict.verdict}'><td>{esc(r.finding.key)}</td><td>{esc(r.claim)}</td>"
@@ -237,16 +278,18 @@ def write_html(results: list[CheckResult], figures: dict[str, bytes], path: Path
     for f in {r.finding.key: r.finding for r in results}.values():
         checks = "".join(f"<li>{esc(r.claim)}: <b>{r.verdict.verdict}</b>, {esc(r.line())}</li>"
                          for r in results if r.finding.key == f.key)
+        covariance = (covariance_figures or {}).get(f.key)
         arms = "".join(f"<li><code>{esc(a.name)}</code>: preset <code>{esc(a.preset)}</code> "
                        f"{esc(' '.join((*f.overrides, *a.overrides)))}</li>" for a in f.arms)
         images = "".join(
             f"<img alt='{esc(f.key)} {kind}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
-            for kind, png in (("steps", figures.get(f.key)), ("dose-response", (dose_figures or {}).get(f.key)))
+            for kind, png in (("steps", figures.get(f.key)), ("dose-response", (dose_figures or {}).get(f.key)),
+                              ("covariance", covariance))
             if png)
         sections.append(
             f"<h2>{esc(f.title)}</h2><p>{esc(f.source)}. World: {f.world}. {esc(f.notes)}</p>"
             f"<p>Arms (everything else equal, the learning rate included):</p><ul>{arms}</ul><ul>{checks}</ul>"
-            + images)
+            + images + f"<p>{esc(COVARIANCE_CAPTION if covariance else NO_COVARIANCE)}</p>")
     path.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>"
         "body{font-family:sans-serif;max-width:1400px;margin:2em auto}td,th{border:1px solid #ccc;padding:4px}"

@@ -11,9 +11,14 @@ verdict) excludes 0:
     disagrees     it lies on the other side
     inconclusive  it contains 0 (or fewer than 2 seeds)
 
+Two more expectations: ``differ`` (either side: agrees when the interval excludes 0, never disagrees;
+for a question the paper does not answer) and ``not_lower`` (non-inferiority: agrees when the interval
+lies above -NON_INFERIORITY_MARGIN, disagrees when it lies below it; its p-value tests that bound).
+
 A dose-response check (lag k = 0, 1, 2, 4, 8) fits, per seed, the least-squares slope of the statistic
 against the dose over that seed's runs, and judges the slopes like paired differences (the seed's
-prompt order and sampling are shared by its doses, so they cancel in its slope): ``judge_slope``.
+prompt order and sampling are shared by its doses, so they cancel in its slope): ``judge_slope``; against
+a reference curve (the same doses under plain PPO) it judges the seed's slope minus the reference's.
 
 A finding that does not reproduce is reported as measured: nothing here is tuned per finding.
 """
@@ -48,6 +53,11 @@ def _window_mean(values: np.ndarray, where: Literal["first", "last"]) -> float:
         return math.nan
     k = max(1, int(round(len(values) * WINDOW)))
     return float(np.mean(values[:k] if where == "first" else values[-k:]))
+
+
+def _growth(values: np.ndarray) -> float:
+    """The mean of the last 20% of steps minus that of the first 20%."""
+    return _window_mean(values, "last") - _window_mean(values, "first")
 
 
 def entropy_ratio(rows: Rows) -> float:
@@ -96,8 +106,22 @@ def probe_entropy_final(rows: Rows) -> float:
 
 def length_growth(rows: Rows) -> float:
     """Mean response length of the last 20% of steps minus that of the first 20% (tokens)."""
-    lengths = _series(rows, "length/mean")
-    return _window_mean(lengths, "last") - _window_mean(lengths, "first")
+    return _growth(_series(rows, "length/mean"))
+
+
+def uncut_length_growth(rows: Rows) -> float:
+    """``length_growth`` of the responses the budget did not cut (``length/uncut_mean``): a raised budget
+    lengthens cut responses by itself, so only growth of the uncut ones says the policy writes longer.
+    Steps that cut every response have no value and are left out of the windows."""
+    return _growth(_series(rows, "length/uncut_mean"))
+
+
+def tokens_total(rows: Rows) -> float:
+    """Tokens generated over the run's steps (``tokens/generated`` summed): the compute it spent
+    generating. NaN for a run that did not record it."""
+    tokens = _series(rows, "tokens/generated")
+    tokens = tokens[np.isfinite(tokens)]
+    return float(tokens.sum()) if len(tokens) else math.nan
 
 
 def accuracy_final(rows: Rows) -> float:
@@ -107,6 +131,14 @@ def accuracy_final(rows: Rows) -> float:
     if evals:
         return float(max(evals, key=lambda r: r["step"])["eval/avg@n"])
     return _window_mean(_series(rows, "reward/accuracy"), "last")
+
+
+def pass16_final(rows: Rows) -> float:
+    """Held-out pass@16 (``eval/pass@16``, unbiased estimator) of the last evaluation that has it, the
+    run's final one when ``data.final_eval_n`` >= 16: exploration kept, where pass@1 alone would not show a
+    premature collapse. NaN when no evaluation sampled 16 per problem."""
+    evals = [r for r in rows if isinstance(r.get("eval/pass@16"), (int, float))]
+    return float(max(evals, key=lambda r: r["step"])["eval/pass@16"]) if evals else math.nan
 
 
 def truncation_drop_at_stage_starts(rows: Rows) -> float:
@@ -135,6 +167,7 @@ STATISTICS: dict[str, Callable[[Rows], float]] = {
     "length_growth": length_growth, "accuracy_final": accuracy_final,
     "truncation_drop_at_stage_starts": truncation_drop_at_stage_starts, "decision_entropy_ratio": decision_entropy_ratio,
     "probe_entropy_ratio": probe_entropy_ratio, "probe_entropy_final": probe_entropy_final,
+    "pass16_final": pass16_final, "uncut_length_growth": uncut_length_growth, "tokens_total": tokens_total,
 }
 # a probe statistic -> the learner-side one it replaces in the checks (reported beside it, not judged)
 LEARNER_SIDE = {"probe_entropy_ratio": "entropy_ratio", "probe_entropy_final": "entropy_final"}
@@ -161,7 +194,9 @@ def statistic(name: str, rows: Rows | None, reference: Rows | None = None, skip_
 
 
 POWER_HALF_WIDTH = 0.05     # the 95% half-width a verdict on the entropy ratio should reach (DESIGN.md)
-UNSCALED = {"length_growth"}   # in tokens: a half-width of 0.05 tokens is no target
+NON_INFERIORITY_MARGIN = 0.05   # "not lower": not lower by more than this (an accuracy, a rate)
+Expect = Literal["higher", "lower", "differ", "not_lower"]
+UNSCALED = {"length_growth", "uncut_length_growth", "tokens_total"}   # in tokens: ± 0.05 tokens is no target
 
 
 def power_target(statistic: str) -> float | None:
@@ -178,6 +213,7 @@ class Verdict:
     t: float                             # effect / standard error
     a: list[float] = field(default_factory=list)   # stat(A) per seed
     b: list[float] = field(default_factory=list)   # stat(B) per seed
+    margin: float = 0.0                  # a non-inferiority check's: the null is effect = -margin
 
     @property
     def half_width(self) -> float:
@@ -197,10 +233,11 @@ class Verdict:
 
     @property
     def p(self) -> float:
-        """Two-sided p-value of the paired t-test (NaN below 2 seeds)."""
+        """Two-sided p-value of the paired t-test of effect = -margin (0 but for non-inferiority; NaN below
+        2 seeds): below 0.05 exactly when the verdict is not inconclusive."""
         if self.n < 2 or math.isnan(self.t):
             return math.nan
-        return t_two_sided_p(self.t, self.n - 1)
+        return t_two_sided_p(_t_stat(self.effect + self.margin, self.spread, self.n), self.n - 1)
 
     def line(self, target: float | None = POWER_HALF_WIDTH) -> str:
         """The verdict, its effect and interval; where the interval is wider than ``target``, about how
@@ -209,6 +246,8 @@ class Verdict:
             return f"{self.verdict}: not measured (no seed has this statistic for both arms)"
         text = (f"{self.verdict}: effect {self.effect:+.4f}, 95% CI ± {self.half_width:.4f} "
                 f"(sd {self.spread:.4f} over {self.n} seeds, t = {self.t:+.2f})")
+        if self.margin:
+            text += f", judged against -{self.margin:g} (not lower by more than {self.margin:g})"
         if target is not None and self.half_width > target and (need := self.seeds_for(target)) is not None:
             text += f"; wider than ± {target}: about {need} seeds at this spread would reach it"
         return text
@@ -275,22 +314,34 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return out
 
 
-def judge(a: Sequence[float], b: Sequence[float], expect: Literal["higher", "lower"]) -> Verdict:
-    """The verdict on ``stat(B) - stat(A)`` being ``expect`` (paired by position = seed)."""
+def _t_stat(x: float, spread: float, n: int) -> float:
+    """``x`` over the standard error of a mean of ``n`` values of standard deviation ``spread`` (±inf when
+    they all agree, NaN below 2 values)."""
+    if n < 2:
+        return math.nan
+    se = spread / math.sqrt(n)
+    return x / se if se > 0 else (math.copysign(math.inf, x) if x else math.nan)
+
+
+def judge(a: Sequence[float], b: Sequence[float], expect: Expect) -> Verdict:
+    """The verdict on ``stat(B) - stat(A)`` being ``expect`` (paired by position = seed; module docstring)."""
     pairs = [(x, y) for x, y in zip(a, b) if math.isfinite(x) and math.isfinite(y)]
     d = np.array([y - x for x, y in pairs])
     n = len(d)
+    margin = NON_INFERIORITY_MARGIN if expect == "not_lower" else 0.0
     if n == 0:
-        return Verdict("inconclusive", math.nan, math.nan, 0, math.nan, list(a), list(b))
+        return Verdict("inconclusive", math.nan, math.nan, 0, math.nan, list(a), list(b), margin)
     effect = float(d.mean())
     spread = float(d.std(ddof=1)) if n > 1 else math.nan
-    se = spread / math.sqrt(n) if n > 1 else math.nan
-    t = effect / se if n > 1 and se > 0 else (math.copysign(math.inf, effect) if n > 1 and effect else math.nan)
+    t, t_null = _t_stat(effect, spread, n), _t_stat(effect + margin, spread, n)
     verdict: Literal["agrees", "disagrees", "inconclusive"] = "inconclusive"
-    if n > 1 and math.isfinite(effect) and abs(t) > t95(n - 1):
-        sign = 1 if expect == "higher" else -1
-        verdict = "agrees" if effect * sign > 0 else "disagrees"
-    return Verdict(verdict, effect, spread, n, t, list(a), list(b))
+    if n > 1 and math.isfinite(effect) and abs(t_null) > t95(n - 1):
+        if expect == "differ":
+            verdict = "agrees"
+        else:
+            sign = -1 if expect == "lower" else 1
+            verdict = "agrees" if t_null * sign > 0 else "disagrees"
+    return Verdict(verdict, effect, spread, n, t, list(a), list(b), margin)
 
 
 def slope(doses: Sequence[float], values: Sequence[float]) -> float:
@@ -303,13 +354,23 @@ def slope(doses: Sequence[float], values: Sequence[float]) -> float:
     return float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
 
 
-def judge_slope(doses: Sequence[float], per_dose: Sequence[Sequence[float]],
-                expect: Literal["higher", "lower"]) -> Verdict:
+def judge_slope(doses: Sequence[float], per_dose: Sequence[Sequence[float]], expect: Literal["higher", "lower"],
+                reference: tuple[Sequence[float], Sequence[Sequence[float]]] | None = None) -> Verdict:
     """The verdict on the slope of a statistic against the dose being positive (``higher``) or negative
     (``lower``). ``per_dose[i][s]`` is the statistic of dose ``doses[i]``'s run with seed s (NaN: missing);
-    each seed's slope is fitted over its own runs, then the slopes are judged against 0 (``judge``).
-    The Verdict's ``b`` holds the slope per seed."""
+    each seed's slope is fitted over its own runs, then the slopes are judged against 0 (``judge``), or,
+    given ``reference`` (its doses and per_dose), against the same seed's slope over the reference curve.
+    The Verdict's ``b`` holds the slope per seed, ``a`` the reference's (zeros without one)."""
+    slopes = _slopes_per_seed(doses, per_dose)
+    if reference is None:
+        return judge([0.0] * len(slopes), slopes, expect)
+    against = _slopes_per_seed(*reference)
+    seeds = max(len(slopes), len(against))
+    pad = lambda v: v + [math.nan] * (seeds - len(v))      # noqa: E731  (a seed missing on one side: unpaired)
+    return judge(pad(against), pad(slopes), expect)
+
+
+def _slopes_per_seed(doses: Sequence[float], per_dose: Sequence[Sequence[float]]) -> list[float]:
     n_seeds = max((len(v) for v in per_dose), default=0)
     column = [[v[s] if s < len(v) else math.nan for v in per_dose] for s in range(n_seeds)]
-    slopes = [slope(doses, values) for values in column]
-    return judge([0.0] * len(slopes), slopes, expect)
+    return [slope(doses, values) for values in column]
