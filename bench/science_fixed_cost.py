@@ -3,8 +3,8 @@
     .venv/bin/python bench/science_fixed_cost.py --before /tmp/lagrl-before --out /tmp/fixed-cost
     .venv/bin/python bench/science_fixed_cost.py --out /tmp/fixed-cost       # this checkout only
 
-Each checkout runs ``python -m launch.experiments.science --findings reuse minibatches --seeds 2 --steps 2
---world tiny`` (held-out evaluation on 16 problems) with the same world cache. A run's fixed cost is its
+Each checkout runs ``python -m launch.experiments.science --findings reuse --seeds 2 --steps 2
+--world tiny`` (its own reuse finding: two or three arms before, the four-arm factorial since) (held-out evaluation on 16 problems) with the same world cache. A run's fixed cost is its
 wall time as the report measured it (the ``[science] ... done in N s`` line: the run's process, or its Ray
 job from submission to end) minus the time its learner spent in steps (the sum of ``time/step``: waiting
 for data, training, weight sync): start-up to the first step plus the end. Printed per run, then the
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-REPORT = ["--findings", "reuse", "minibatches", "--seeds", "2", "--steps", "2", "--world", "tiny",
+REPORT = ["--findings", "reuse", "--seeds", "2", "--steps", "2", "--world", "tiny",
           "--override", "data.eval_max_problems=16"]
 DONE = re.compile(r"\[science\] \d+/\d+ (\S+) done in (\d+) s")
 STARTED = re.compile(r"\[driver\] started in ([\d.]+) s")

@@ -194,7 +194,7 @@ def test_an_error_in_the_report_stops_its_jobs(runner, monkeypatch):
 def test_an_ablation_on_a_cluster_reads_each_log_on_its_driver_node(tmp_path, monkeypatch):
     """launch.experiments.ablation --address: every preset a job; on a cluster (not the report's own head) each
     job's log is read on its driver's node, and each run comes back as a RunResult from its files (or its
-    error). The cluster's resources cannot be read here: the runner says so and goes on at --max-concurrent."""
+    error). The cluster's resources cannot be read here: the runner says so once and goes on at --max-concurrent."""
     from launch.experiments import ablation
 
     monkeypatch.setattr(jobs_mod, "POLL_S", 0.0)
@@ -209,4 +209,21 @@ def test_an_ablation_on_a_cluster_reads_each_log_on_its_driver_node(tmp_path, mo
     assert [m["entropy/mean"] for m in good.metrics] == [0.4, 0.3] and good.evals == [{"step": 0, "eval/avg@n": 0.25}]
     assert good.seconds == 3.0 and isinstance(bad, str) and "the node died" in bad
     assert sorted(server.read_on_node) == sorted(server.submitted)          # each log, the failed one's too
-    assert "could not be read (ConnectionError: no); still 2 at a time" in (tmp_path / "out" / "science.log").read_text()
+    log = (tmp_path / "out" / "science.log").read_text()
+    assert "could not be read (ConnectionError: no); still 2 at a time" in log
+    assert log.count("could not be read") == 1           # asked at the start and at each job's end: said once
+
+
+def test_a_cluster_short_of_a_whole_run_is_said_once_and_its_end_too(tmp_path, monkeypatch):
+    """Asked at every job's end, the width is computed again; the warning that the live nodes hold no whole run
+    (a run asks 2 CPUs here, the cluster has 1) is said when it starts to hold and when it ends, not each time."""
+    monkeypatch.setattr("ray.job_submission.JobSubmissionClient", lambda address, headers=None: object())
+    (tmp_path / "out").mkdir()
+    r = JobRunner("http://127.0.0.1:1", tmp_path / "out")
+    r._needs = {"cpus": 2.0, "gpus": 0.0}
+    sizes = iter([1.0, 1.0, 1.0, 5.0, 5.0])
+    monkeypatch.setattr(JobRunner, "cluster_resources", lambda self: {"CPU": next(sizes)})
+    assert [r.width_now([], 1) for _ in range(5)] == [1, 1, 1, 2, 2]
+    lines = (tmp_path / "out" / "science.log").read_text().splitlines()
+    assert len(lines) == 2 and "do not hold one whole run (2 CPUs, 0 GPUs)" in lines[0]
+    assert lines[1] == "[science] the cluster's live nodes hold a whole run again"

@@ -73,6 +73,10 @@ def fits_whole(needs: dict[str, float], cluster: dict[str, float]) -> bool:
     return cluster.get("CPU", 0.0) + 1e-9 >= needs["cpus"] and cluster.get("GPU", 0.0) + 1e-9 >= needs["gpus"]
 
 
+WARNING_ENDS = {"short": "the cluster's live nodes hold a whole run again",
+                "unread": "the cluster's resources can be read again"}
+
+
 @dataclass
 class Attempt:
     spec: RunSpec
@@ -99,6 +103,7 @@ class JobRunner:
         self.cache_dir = cache_dir
         self.max_concurrent = max_concurrent
         self.running: dict[str, Attempt] = {}        # run key -> its current attempt
+        self._warnings: dict[str, str] = {}           # a condition still holding -> the line said about it
         self._print = log
         self.log_path = out / "science.log"
 
@@ -142,20 +147,33 @@ class JobRunner:
             self._needs = largest_needs(specs)
         cluster = self.cluster_resources()
         fits = fits_at_once(self._needs, cluster)
-        if fits == 1 and not fits_whole(self._needs, cluster):
-            self.say(f"[science] warning: the cluster's live nodes ({cluster.get('CPU', 0):g} CPUs, "
-                     f"{cluster.get('GPU', 0):g} GPUs) do not hold one whole run ({self._needs['cpus']:g} CPUs, "
-                     f"{self._needs['gpus']:g} GPUs): its job will wait until nodes join")
+        short = fits == 1 and not fits_whole(self._needs, cluster)
+        self._warn_while("short", short, f"[science] warning: the cluster's live nodes ({cluster.get('CPU', 0):g} "
+                         f"CPUs, {cluster.get('GPU', 0):g} GPUs) do not hold one whole run ({self._needs['cpus']:g} "
+                         f"CPUs, {self._needs['gpus']:g} GPUs): its job will wait until nodes join")
         return min(fits, self.max_concurrent) if self.max_concurrent else fits
+
+    def _warn_while(self, what: str, holds: bool, line: str) -> None:
+        """Say ``line`` when the condition ``what`` starts to hold or its line changes, not at every poll; say
+        when it ends."""
+        said = self._warnings.get(what)
+        if holds and said != line:
+            self.say(line)
+            self._warnings[what] = line
+        elif not holds and said is not None:
+            del self._warnings[what]
+            self.say(f"[science] {WARNING_ENDS[what]}")
 
     def width_now(self, specs: list[RunSpec], width: int) -> int:
         """:meth:`concurrency` now, or ``width`` as it was when the cluster cannot say (and the report goes on)."""
         try:
-            return self.concurrency(specs)
+            width = self.concurrency(specs)
         except Exception as exc:
-            self.say(f"[science] the cluster's resources could not be read ({type(exc).__name__}: {exc}); "
-                     f"still {width} at a time")
+            self._warn_while("unread", True, f"[science] the cluster's resources could not be read "
+                             f"({type(exc).__name__}: {exc}); still {width} at a time")
             return width
+        self._warn_while("unread", False, "")
+        return width
 
     def cluster_resources(self) -> dict[str, float]:
         from ray.util.state import list_nodes
