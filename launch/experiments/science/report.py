@@ -41,6 +41,7 @@ CSV_FIELDS = ("finding", "claim", "statistic", "arm_a", "arm_b", "expect", "pape
               "half_width_95", "spread", "seeds", "t", "p", "p_holm", "verdict_holm", "shares_reference_with",
               "stat_a_per_seed", "stat_b_per_seed", "learner_side_statistic", "learner_side_effect",
               "learner_side_verdict", "source")
+EVALUATION_KEYS = ("probe/", "eval/")     # written by the evaluations (launch.run.evaluation), not the steps
 ALPHA = 0.05            # the family-wise level of the Holm-adjusted verdicts
 COVARIANCE_CAPTION = ("The entropy mechanism: a dot per interval between two evaluations of a run (every arm "
                       "and seed), the learner's cov(log-prob, advantage) over its trained tokens summed over the "
@@ -249,8 +250,11 @@ def covariance_png(rows_by_arm: dict[str, list[list[dict] | None]]) -> bytes | N
 
 
 def _band(runs: list[list[dict] | None], key: str) -> tuple[np.ndarray, ...]:
-    """Steps present in every seed's run, and the mean / min / max of ``key`` over the seeds there."""
-    per_run = [{r["step"]: float(r[key]) for r in rows if isinstance(r.get(key), (int, float)) and "updates" in r}
+    """Steps present in every seed's run, and the mean / min / max of ``key`` over the seeds there: read from
+    the evaluation rows for an evaluation key (``probe/``, ``eval/``), else from the step rows."""
+    evaluated = key.startswith(EVALUATION_KEYS)
+    per_run = [{r["step"]: float(r[key]) for r in rows
+                if isinstance(r.get(key), (int, float)) and ("updates" in r) != evaluated}
                for rows in runs if rows is not None]
     per_run = [p for p in per_run if p]
     if not per_run:
