@@ -72,6 +72,10 @@ class DataConfig(BaseModel):
     online_filter: bool = Field(True, description="At each stage start, drop prompts whose accuracy reached 1 in the previous stage.")
     eval_every: int = Field(0, ge=0, description="Learner steps between avg@n evaluations (0 = only before and after).")
     eval_n: int = Field(4, ge=1, description="Samples per held-out problem for avg@n (AIME: 32).")
+    eval_temperature: float | None = Field(
+        None, gt=0.0, le=2.0, description="Sampling temperature of the held-out evaluation (avg@n, pass@k); None = "
+        "the run's own. One value for runs that sample at different temperatures measures their accuracy the "
+        "same way (the science report's temperature finding evaluates at 1.0, as the probe measures entropy).")
     final_eval_n: int = Field(0, ge=0, description="Samples per held-out problem at the run's final evaluation, "
                               "so pass@k up to k = final_eval_n there (e.g. 16); 0 = eval_n.")
     eval_max_problems: int = Field(256, ge=1, description="Cap on held-out problems per evaluation.")

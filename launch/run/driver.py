@@ -211,7 +211,8 @@ class _Run:
         if self.eval_problems:
             self.evaluator = Evaluator(self.url, cfg.run_id, self.eval_problems, self.renderer, n=cfg.data.eval_n,
                                        temperature=cfg.temperature, max_problems=cfg.data.eval_max_problems,
-                                       probe_problems=cfg.data.probe_problems, probe_n=cfg.data.probe_n)
+                                       probe_problems=cfg.data.probe_problems, probe_n=cfg.data.probe_n,
+                                       eval_temperature=cfg.data.eval_temperature)
             self._evaluate()
             self.clock.mark("first evaluation")
         print(self.clock.line(), flush=True)

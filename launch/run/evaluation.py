@@ -28,11 +28,14 @@ from rewards.problems import Problem
 class Evaluator:
     def __init__(self, url: str, run_id: str, problems: list[Problem], renderer: PromptRenderer, *,
                  n: int, temperature: float, max_problems: int, probe_problems: int = 0, probe_n: int = 1,
-                 timeout_s: float = 1800.0):
+                 eval_temperature: float | None = None, timeout_s: float = 1800.0):
+        """``temperature``: the run's sampling temperature (the probe's second entropy is taken at it);
+        ``eval_temperature``: the held-out evaluation's, the run's when None."""
         self.buffer = RunBuffer.from_url(url, eval_run_id(run_id))
         self.problems = problems[:max_problems]
         self.probe_problems, self.probe_n = problems[:probe_problems], probe_n     # launch.run.probe
         self.renderer, self.n, self.temperature, self.timeout_s = renderer, n, temperature, timeout_s
+        self.eval_temperature = eval_temperature or temperature
         self._round = 0
 
     def sample(self, problems: list[Problem], *, n: int, temperature: float, version: int, step: int,
@@ -65,13 +68,14 @@ class Evaluator:
         (the run's final evaluation passes ``data.final_eval_samples``)."""
         start = time.monotonic()
         n = self.n if n is None else n
-        ordered = self.sample(self.problems, n=n, temperature=self.temperature, version=version, step=step,
+        ordered = self.sample(self.problems, n=n, temperature=self.eval_temperature, version=version, step=step,
                               max_tokens=max_tokens)
         correct = [[r.reward_info.get("reason") == "correct" for r in g.responses] for g in ordered]
         report = summarize(correct, [g.data_source for g in ordered], ks=curve_ks(n))
         versions = [r.version_start for g in ordered for r in g.responses]
         return {"eval/avg@n": report.avg_at_n, **{f"eval/pass@{k}": v for k, v in report.pass_at_k.items()},
-                "eval/n": n, "eval/problems": len(ordered), "eval/version_min": min(versions),
+                "eval/n": n, "eval/temperature": self.eval_temperature, "eval/problems": len(ordered),
+                "eval/version_min": min(versions),
                 "eval/seconds": time.monotonic() - start,
                 **{f"eval/{src}/avg@n": r.avg_at_n for src, r in report.by_source.items()}}
 

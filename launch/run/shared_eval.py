@@ -81,7 +81,8 @@ def weights_hash(model_dir: str) -> str:
 def evaluation_key(model_dir: str, prompt_ids: list[list[int]], cfg, max_tokens: int) -> str:
     """What a step-0 evaluation's numbers depend on, hashed."""
     parts = {"weights": weights_hash(model_dir), "prompts": prompt_ids, "seed": cfg.seed,
-             "temperature": cfg.temperature, "n": cfg.data.eval_n, "max_tokens": max_tokens,
+             "temperature": cfg.temperature, "eval_temperature": cfg.data.eval_temperature, "n": cfg.data.eval_n,
+             "max_tokens": max_tokens,
              "probe": [cfg.data.probe_problems, cfg.data.probe_n, cfg.learner.dtype, cfg.learner.packing],
              "actors": cfg.actors.model_dump(mode="json")}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

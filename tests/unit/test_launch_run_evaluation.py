@@ -21,11 +21,12 @@ def _group(correct: int, n: int):
 def _evaluator(correct_per_problem: list[int], n: int = 4) -> Evaluator:
     """An evaluator whose actors answer problem i with ``correct_per_problem[i]`` correct of the n asked."""
     evaluator = Evaluator.__new__(Evaluator)
-    evaluator.problems, evaluator.n, evaluator.temperature = ["p", "q"], n, 1.0
-    evaluator.asked = []
+    evaluator.problems, evaluator.n, evaluator.temperature, evaluator.eval_temperature = ["p", "q"], n, 1.0, 1.0
+    evaluator.asked, evaluator.asked_temperature = [], []
 
-    def sample(problems, *, n, **_):
+    def sample(problems, *, n, temperature, **_):
         evaluator.asked.append(n)
+        evaluator.asked_temperature.append(temperature)
         return [_group(c, n) for c in correct_per_problem]
 
     evaluator.sample = sample
@@ -82,3 +83,15 @@ def test_the_periodic_evaluation_leaves_the_last_step_to_the_final_one(monkeypat
     run.trackers = SimpleNamespace(log_metrics=lambda row: None)
     driver._Run._record_step(run, {"step": steps_done - 1}, SimpleNamespace(line=lambda *a: ""), None)
     assert run.asked == asked
+
+
+def test_the_evaluation_samples_at_its_own_temperature_when_one_is_set(monkeypatch):
+    """A run sampling at 0.6 evaluated at 1.0 (the temperature finding's common evaluation); unset, the run's."""
+    monkeypatch.setattr("launch.run.evaluation.RunBuffer.from_url", lambda url, run_id: None)
+    common = Evaluator("redis://127.0.0.1:1", "r", [], None, n=4, temperature=0.6, max_problems=2, eval_temperature=1.0)
+    own = Evaluator("redis://127.0.0.1:1", "r", [], None, n=4, temperature=0.6, max_problems=2)
+    assert (common.temperature, common.eval_temperature, own.eval_temperature) == (0.6, 1.0, 0.6)
+    evaluator = _evaluator([1, 0])
+    evaluator.temperature, evaluator.eval_temperature = 0.6, 1.0
+    row = evaluator.evaluate(version=5, step=3, max_tokens=64)
+    assert evaluator.asked_temperature == [1.0] and row["eval/temperature"] == 1.0

@@ -58,3 +58,11 @@ def test_the_multistage_control_is_the_final_budget_from_step_0():
     assert _differ(fixed, staged) == {"data.stages"}
     assert [s["max_tokens"] for s in staged["data"]["stages"]] == [64, 128, 256]
     assert [s["max_tokens"] for s in fixed["data"]["stages"]] == [256]
+
+
+def test_the_temperature_arms_differ_in_the_sampling_temperature_only_and_evaluate_at_1():
+    cfgs = _configs("temperature")
+    for pair in (("tau 1.0", "tau 0.6"), ("tau 1.0, adaptive", "tau 0.6, adaptive")):
+        assert _differ(cfgs[pair[0]], cfgs[pair[1]]) == {"temperature"}
+    assert {c["data"]["eval_temperature"] for c in cfgs.values()} == {1.0}
+    assert {c["learner"]["entropy"]["type"] for c in (cfgs["tau 1.0"], cfgs["tau 0.6"])} == {"none"}

@@ -375,14 +375,14 @@ def test_slope_against_a_reference_curve_pairs_seeds():
 def test_the_report_draws_the_probe_from_the_evaluation_rows():
     """The probe lives in evaluation rows (no ``updates``), the learner's entropy in step rows: each panel reads
     its own, seeds averaged where every seed has the step (the probe panel was empty when both read step rows)."""
-    from launch.experiments.science.report import _band
+    from launch.experiments.science.report import seed_band
 
     def run(probe_end: float) -> list[dict]:
         steps = [{"step": s, "updates": 1, "entropy/mean": 0.4 - 0.1 * s} for s in range(3)]
         return steps + [{"step": 0, "probe/entropy": 0.5}, {"step": 3, "probe/entropy": probe_end}]
 
     runs = [run(0.3), run(0.2), None]
-    steps, mean, lo, hi = _band(runs, "probe/entropy")
+    steps, mean, lo, hi = seed_band(runs, "probe/entropy")
     assert steps.tolist() == [0, 3] and mean == pytest.approx([0.5, 0.25]) and (lo[1], hi[1]) == (0.2, 0.3)
-    steps, mean, *_ = _band(runs, "entropy/mean")
+    steps, mean, *_ = seed_band(runs, "entropy/mean")
     assert steps.tolist() == [0, 1, 2] and mean == pytest.approx([0.4, 0.3, 0.2])

@@ -174,10 +174,12 @@ FINDINGS: tuple[Finding, ...] = (
          Check("tau 0.6 keeps less of the policy's own entropy than tau 1.0, adaptive control in both",
                "probe_entropy_ratio", "tau 1.0, adaptive", "tau 0.6, adaptive", "lower",
                "lower: as without the entropy term (the paper's runs use adaptive control)")),
+        overrides=("--data.eval_temperature", "1.0"),
         notes="The policy's own entropy (the probe, temperature 1) in every arm: the learner-side entropy of a "
-              "tau 0.6 arm is that of its tempered sampling distribution. The entropy term is off in the first "
-              "pair (adaptive control acts on the learner-side entropy, so it would act in one arm only) and on "
-              "in both arms of the second.",
+              "tau 0.6 arm is that of its tempered sampling distribution. The held-out accuracy is sampled at "
+              "temperature 1 in every arm too (evaluated at its own 0.6, the tau 0.6 arm would be measured on a "
+              "sharper distribution). The entropy term is off in the first pair (adaptive control acts on the "
+              "learner-side entropy, so it would act in one arm only) and on in both arms of the second.",
         gpu={"tau 1.0": "temp_1 + --learner.entropy.type none", "tau 0.6": "temp_0.6 + --learner.entropy.type none",
              "tau 1.0, adaptive": "temp_1", "tau 0.6, adaptive": "temp_0.6"}),
     Finding(

@@ -178,7 +178,7 @@ def figure_png(finding: Finding, rows_by_arm: dict[str, list[list[dict] | None]]
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.0))
     for ax, (key, title) in zip(axes, PANELS):
         for arm, runs in rows_by_arm.items():
-            steps, mean, lo, hi = _band(runs, key)
+            steps, mean, lo, hi = seed_band(runs, key)
             if len(steps):
                 line, = ax.plot(steps, mean, label=arm, linewidth=1.3)
                 ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
@@ -249,7 +249,7 @@ def covariance_png(rows_by_arm: dict[str, list[list[dict] | None]]) -> bytes | N
     return buf.getvalue()
 
 
-def _band(runs: list[list[dict] | None], key: str) -> tuple[np.ndarray, ...]:
+def seed_band(runs: list[list[dict] | None], key: str) -> tuple[np.ndarray, ...]:
     """Steps present in every seed's run, and the mean / min / max of ``key`` over the seeds there: read from
     the evaluation rows for an evaluation key (``probe/``, ``eval/``), else from the step rows."""
     evaluated = key.startswith(EVALUATION_KEYS)
