@@ -118,7 +118,7 @@ def test_mini_report_on_a_cluster_survives_a_dead_node(tmp_path, tiny_world, mon
     nodes = set()
     for run in runs:
         assert {"summary.json", "metrics.jsonl", "evals.jsonl", "placement.json"} <= {p.name for p in run.iterdir()}
-        assert run.with_suffix(".log").is_file()
+        assert (run.parent / f"{run.name}.log").is_file()
         placement = json.loads((run / "placement.json").read_text())
         nodes |= {*(a["node_id"] for a in placement["actors"].values()), *(r["node_id"] for r in placement["learner"])}
     assert nodes and nodes <= {ids["n1"], ids["n2"]}

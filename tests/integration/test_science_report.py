@@ -39,7 +39,7 @@ def test_four_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, cap
     # every arm ran with the comparison's one learning rate
     runs = sorted(p for p in (out / "runs").iterdir() if p.is_dir())
     assert len(runs) == 4
-    assert all(r.with_suffix(".log").is_file() for r in runs)                # each run's own console
+    assert all((r.parent / f"{r.name}.log").is_file() for r in runs)                # each run's own console
     import json
     lrs = {json.loads((r / "config.json").read_text())["learner"]["lr"] for r in runs}
     assert len(lrs) == 1
@@ -62,7 +62,7 @@ def test_four_arms_one_seed_make_the_report(ray_local, tmp_path, tiny_world, cap
     evals = {r.name: [json.loads(line) for line in (r / "evals.jsonl").read_text().splitlines()] for r in runs}
     assert all(len(rows_) == 2 and all(row["probe/entropy"] > 0 for row in rows_) for rows_ in evals.values())
     assert len({rows_[0]["probe/entropy"] for rows_ in evals.values()}) == 1
-    assert any("(the report's, shared)" in r.with_suffix(".log").read_text() for r in runs)
+    assert any("(the report's, shared)" in (r.parent / f"{r.name}.log").read_text() for r in runs)
 
     assert main(argv) == 0                                                 # resumable: nothing is rerun
     assert "done before, kept" in capsys.readouterr().out
