@@ -4,7 +4,8 @@
     .venv/bin/python bench/science_fixed_cost.py --out /tmp/fixed-cost       # this checkout only
 
 Each checkout runs ``python -m launch.experiments.science --findings reuse --seeds 2 --steps 2
---world tiny`` (its own reuse finding: two or three arms before, the four-arm factorial since) (held-out evaluation on 16 problems) with the same world cache. A run's fixed cost is its
+--world tiny`` (held-out evaluation on 16 problems; its own reuse finding: two or three arms before, the
+four-arm factorial since) with the same world cache. A run's fixed cost is its
 wall time as the report measured it (the ``[science] ... done in N s`` line: the run's process, or its Ray
 job from submission to end) minus the time its learner spent in steps (the sum of ``time/step``: waiting
 for data, training, weight sync): start-up to the first step plus the end. Printed per run, then the

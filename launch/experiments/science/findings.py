@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from launch.config.worlds import WORLDS
+from launch.experiments.science.verdict import Expect
 
 
 def science_worlds() -> tuple[str, ...]:
@@ -36,8 +37,8 @@ class Check:
     statistic: str                           # a key of launch.experiments.science.verdict.STATISTICS
     a: str | None                            # arm name (the reference); None: stat(b) against 0
     b: str                                   # arm name compared with it
-    expect: Literal["higher", "lower", "differ", "not_lower"]   # stat(b) - stat(a): expected sign; "differ":
-                                             # either sign; "not_lower": above -NON_INFERIORITY_MARGIN (verdict.judge)
+    expect: Expect                           # stat(b) - stat(a): expected sign; "differ": either sign;
+                                             # "not_lower": above -NON_INFERIORITY_MARGIN (verdict.judge)
     paper: str = ""                          # what the paper reports: direction and size, in its terms
 
 
