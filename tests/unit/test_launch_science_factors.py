@@ -66,3 +66,14 @@ def test_the_temperature_arms_differ_in_the_sampling_temperature_only_and_evalua
         assert _differ(cfgs[pair[0]], cfgs[pair[1]]) == {"temperature"}
     assert {c["data"]["eval_temperature"] for c in cfgs.values()} == {1.0}
     assert {c["learner"]["entropy"]["type"] for c in (cfgs["tau 1.0"], cfgs["tau 0.6"])} == {"none"}
+
+
+def test_clip_higher_under_reuse_shares_its_symmetric_arm_and_differs_in_eps_high_only():
+    """clip_higher_reuse's eps_high 0.2 arm is entropy_control_reuse's adaptive arm (one set of runs: the
+    same spec key, so a report with both runs it once); its 0.28 arm differs in eps_high alone."""
+    ch, ec = finding("clip_higher_reuse"), finding("entropy_control_reuse")
+    assert spec_for(ch, ch.arms[0], 3, 20, "slips").key == spec_for(ec, ec.arms[0], 3, 20, "slips").key
+    low, high = _configs("clip_higher_reuse").values()
+    assert _differ(low, high) == {"learner.loss.eps_high"}
+    assert (low["learner"]["loss"]["eps_high"], high["learner"]["loss"]["eps_high"]) == (0.2, 0.28)
+    assert low["steps"] == 40 and low["learner"]["batch"]["n_reuse"] == 4

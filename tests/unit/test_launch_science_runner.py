@@ -96,21 +96,6 @@ def test_the_longest_runs_start_first_and_done_runs_are_kept(tmp_path):
     assert len(runner.run_all(specs, tmp_path, jobs)) == 3 and jobs.entered == 1
 
 
-def test_clip_higher_under_reuse_shares_its_symmetric_arm_and_differs_in_eps_high_only():
-    """clip_higher_reuse's eps_high 0.2 arm is entropy_control_reuse's adaptive arm (one set of runs: the
-    same spec key, so a report with both runs it once); its 0.28 arm differs in eps_high alone."""
-    from launch.experiments.science.findings import finding
-    from launch.experiments.science.runner import config_of, spec_for
-
-    ch, ec = finding("clip_higher_reuse"), finding("entropy_control_reuse")
-    assert spec_for(ch, ch.arms[0], 3, 20, "slips").key == spec_for(ec, ec.arms[0], 3, 20, "slips").key
-    low, high = (config_of(spec_for(ch, a, 0, 20, "slips")).model_dump(exclude={"run_id"}) for a in ch.arms)
-    assert (low["learner"]["loss"]["eps_high"], high["learner"]["loss"]["eps_high"]) == (0.2, 0.28)
-    assert low["steps"] == 40 and low["learner"]["batch"]["n_reuse"] == 4
-    high["learner"]["loss"]["eps_high"] = 0.2
-    assert high == low
-
-
 def test_no_arm_warms_up_its_learning_rate():
     """The warm-up counts optimizer updates (the tiny world's 10): reuse-4 (16 updates a step) would finish it
     inside step 0 and on-policy in step 9; the report runs every arm at a constant learning rate."""
