@@ -74,6 +74,12 @@ def build_llm(cfg: ActorConfig, model_dir: str, seed: int, max_num_seqs: int, **
         disable_log_stats=True,
     )
     kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization if _on_gpu(cfg) else cfg.cpu_memory_utilization
+    if not _on_gpu(cfg):
+        # A prompt prefilled in chunks has its first sampled token thrown away, and vLLM then rewinds the
+        # request's generator (set_offset), which a CPU generator does not have: every seeded request (the
+        # probe, a shared evaluation) whose prefill straddles a step's token budget raised there and left
+        # the engine stalled. Whole prefills only on CPU (vLLM raises the budget to max_model_len if needed).
+        kwargs["enable_chunked_prefill"] = False
     cap = kv_cache_cap_bytes(cfg, model_dir, max_num_seqs, dtype, gpu_total_bytes()) if _on_gpu(cfg) else None
     if cap is None or "kv_cache_memory_bytes" in extra:
         return LLM(**kwargs, **extra)

@@ -35,7 +35,7 @@ from actors.bookkeeping import ActorStats, Heartbeat, status_row
 from actors.config import ActorConfig
 from actors.engine_weights import EngineWeights
 from actors.intake import Intake
-from actors.requests import Requests
+from actors.requests import EngineStepFailed, Requests
 from actors.reward_calls import RewardCalls
 
 
@@ -144,8 +144,8 @@ class GenerationActorImpl:
             except Exception as exc:  # keep the actor alive; the error is visible in the heartbeat
                 self.stats.note(f"{type(exc).__name__}: {exc}")
                 traceback.print_exc()
-                if type(exc).__name__ == "EngineDeadError":
-                    # the engine core process is gone: exit, so Ray restarts the actor with a new engine
+                if isinstance(exc, EngineStepFailed) or type(exc).__name__ == "EngineDeadError":
+                    # the engine is gone or stuck mid-step: exit, so Ray restarts the actor with a new engine
                     self.heartbeat.beat(force=True)
                     os._exit(1)
                 time.sleep(1.0)

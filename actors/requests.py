@@ -23,6 +23,12 @@ from actors.scoring_book import Scoring
 from buffer.messages import Group, PromptMsg, Response
 
 
+class EngineStepFailed(RuntimeError):
+    """The engine raised inside its step: its scheduler has already moved on, so the step's requests never
+    finish (a stall, not an error, if the actor went on). The actor exits and Ray restarts it with a new
+    engine; the prompts it held go back to the buffer for reclaim."""
+
+
 @dataclass
 class InFlight:
     buffer: object            # the RunBuffer the prompt came from (training or evaluation)
@@ -143,7 +149,10 @@ class Requests:
         if not self.engine.has_unfinished_requests():
             return []
         with self._engine_lock:
-            outputs = self.engine.step()
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:
+                raise EngineStepFailed(f"{type(exc).__name__}: {exc}") from exc
         finished = [self._finish(out) for out in outputs if out.finished]
         return [job for job in finished if job is not None]      # None: dead-lettered
 

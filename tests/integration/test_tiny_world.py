@@ -51,3 +51,22 @@ def test_build_is_deterministic(tmp_path):
 def test_warmup_accuracy_in_target_band(tiny_world):
     acc = tiny_world.manifest["warmup"]["accuracy"]
     assert 0.10 <= acc <= 0.50, acc
+
+
+def test_seeded_requests_survive_a_full_token_budget_on_cpu(tiny_world, monkeypatch):
+    """More seeded prompts than one step's token budget (4096 on CPU) holds: with chunked prefill the prompt
+    that straddles the budget had its sampled token discarded and vLLM rewound its generator, which a CPU
+    generator cannot do (RuntimeError: CPU Generator does not use offset), and a run's probe hung on it."""
+    from vllm import SamplingParams
+
+    from actors.config import ActorConfig
+    from actors.engine import OWNER_ENV, build_llm
+
+    for key in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "TOKENIZERS_PARALLELISM", OWNER_ENV):
+        monkeypatch.setenv(key, "false" if key == "TOKENIZERS_PARALLELISM" else "")   # restored after the test
+    llm = build_llm(ActorConfig(max_model_len=128), str(tiny_world.model_dir), seed=0, max_num_seqs=512)
+    prompts = [f"Q: {i}+{i % 7}\nA: " for i in range(500)]          # ~5000 prompt tokens, lengths vary
+    params = [SamplingParams(temperature=1.0, max_tokens=3, seed=1000 + i) for i in range(len(prompts))]
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    del llm
+    assert len(outs) == len(prompts) and all(len(o.outputs[0].token_ids) >= 1 for o in outs)

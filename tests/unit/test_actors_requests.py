@@ -12,7 +12,7 @@ import pytest
 import actors.intake as intake_module
 from actors.bookkeeping import ActorStats
 from actors.intake import Intake
-from actors.requests import Held, InFlight, Requests, target
+from actors.requests import EngineStepFailed, Held, InFlight, Requests, target
 from buffer.messages import PromptMsg
 
 
@@ -116,3 +116,19 @@ def test_a_pin_older_than_every_kept_version_is_dead_lettered_as_stale():
     r.held = [Held(train, "6-0", prompt(1, pin=5))]   # not there yet (a resumed learner republishes it): held
     r.start_held()
     assert weights.loads == [1, 5] and len(r.held) == 1 and len(train.rejected) == 1
+
+
+def test_an_engine_step_that_raises_is_a_failed_engine():
+    """vLLM's scheduler has moved on when its step raises (on CPU: a seeded request's generator rewind), so
+    the step's requests never finish: the actor must exit for a new engine (actors.generation), not retry."""
+    class Engine:
+        def has_unfinished_requests(self):
+            return True
+
+        def step(self):
+            raise RuntimeError("CPU Generator does not use offset")
+
+    book = requests(Weights(0, {0}, 0))
+    book.engine = Engine()
+    with pytest.raises(EngineStepFailed, match="RuntimeError: CPU Generator does not use offset"):
+        book.step()
