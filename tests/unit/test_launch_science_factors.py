@@ -75,5 +75,6 @@ def test_clip_higher_under_reuse_shares_its_symmetric_arm_and_differs_in_eps_hig
     assert spec_for(ch, ch.arms[0], 3, 20, "slips").key == spec_for(ec, ec.arms[0], 3, 20, "slips").key
     low, high = _configs("clip_higher_reuse").values()
     assert _differ(low, high) == {"learner.loss.eps_high"}
+    assert (low["preset"], low["run_dir"]) == (high["preset"], high["run_dir"])   # _differ skips these; the move kept them
     assert (low["learner"]["loss"]["eps_high"], high["learner"]["loss"]["eps_high"]) == (0.2, 0.28)
     assert low["steps"] == 40 and low["learner"]["batch"]["n_reuse"] == 4
